@@ -1,0 +1,87 @@
+"""Who is calling: turn the ``Authorization`` header into a ``Principal``.
+
+Key lookups are cached in memory. The cache is checked against SQLite's ``data_version`` (which
+moves on any commit by another connection, including the CLI in another process) and then
+against a ``keys_version`` counter, so a revoked key is refused on the very next request while a
+request normally costs one dictionary lookup and one pragma.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from proxy.errors import ApiError
+from proxy.store import Store, hash_key
+
+DEFAULT_ORG = "default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    org: str
+    user: str | None
+    key_id: str | None
+    upstream_key: str | None  # what is sent upstream as the bearer token
+
+    def __repr__(self) -> str:  # never print a key
+        return f"Principal(org={self.org!r}, user={self.user!r}, key_id={self.key_id!r})"
+
+
+def bearer_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class Authenticator:
+    def __init__(self, store: Store, mode: str, upstream_key: str | None) -> None:
+        self.store = store
+        self.mode = mode
+        self.upstream_key = upstream_key
+        self._cache: dict[str, Principal | None] = {}
+        self._data_version = -1
+        self._keys_version = -1
+
+    def _fresh_cache(self) -> dict[str, Principal | None]:
+        dv = self.store.data_version()
+        if dv != self._data_version:
+            self._data_version = dv
+            kv = self.store.keys_version()
+            if kv != self._keys_version:
+                self._keys_version = kv
+                self._cache.clear()
+        return self._cache
+
+    def _resolve(self, token: str, digest: str) -> Principal | None:
+        rec = self.store.find_key(digest)
+        if self.mode == "passthrough":
+            # The client's own key goes upstream; a binding only chooses the organization.
+            if rec is None:
+                return Principal(DEFAULT_ORG, None, None, token)
+            return None if rec.revoked_at else Principal(rec.org, rec.user, rec.id, token)
+        if rec is None or rec.revoked_at is not None or rec.kind != "proxy":
+            return None
+        return Principal(rec.org, rec.user, rec.id, self.upstream_key)
+
+    def authenticate(self, request: web.Request) -> Principal:
+        """Return the caller or raise a 401 ``ApiError``."""
+        token = bearer_token(request)
+        if token is None:
+            raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.",
+                           code="missing_api_key")
+        cache = self._fresh_cache()
+        digest = hash_key(token)
+        if digest in cache:
+            principal = cache[digest]
+        else:
+            principal = self._resolve(token, digest)
+            if len(cache) >= 100_000:
+                cache.clear()
+            cache[digest] = principal
+        if principal is None:
+            raise ApiError(401, "Invalid or revoked API key.", code="invalid_api_key")
+        return principal

@@ -1,0 +1,137 @@
+"""``context-proxy demo``: a long scripted agent session through the proxy, entirely offline.
+
+A built-in fake upstream and the proxy start on loopback ports the OS picks; the official
+``openai`` SDK plays an agent that reads files, runs tests and keeps a ``write_todos`` plan, with
+large tool outputs. Each turn prints what the client sent, what the upstream received and what
+the proxy did, so a newcomer sees the context stages at work.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import openai
+
+from proxy.fakeupstream import FakeUpstream
+from proxy.harness import Harness
+from proxy.tokens import TokenCounter
+
+MODEL = "demo-agent"
+WINDOW = 32_768
+SYSTEM = ("You are a careful coding agent working in the repository 'billing-service'. "
+          "Deployment code word: AZURE-FALCON-42. Always run the tests before you finish.")
+TASK = ("Migrate the invoice rounding in billing-service from float to Decimal, keep the public "
+        "API unchanged, and make the test suite pass. The customer id used in the bug report "
+        "is CUST-7781.")
+TOOLS = [{"type": "function", "function": {
+    "name": name, "description": desc,
+    "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}}
+    for name, desc in [("read_file", "Read a file"), ("run_tests", "Run the test suite"),
+                       ("grep", "Search the code"), ("write_todos", "Replace the plan")]]
+WORDS = ("invoice amount decimal rounding total customer ledger line tax currency quantize "
+         "assert fixture module return value cents precision float context error pass").split()
+
+
+@dataclass
+class Script:
+    """What the fake upstream answers next; the demo sets it before each request."""
+
+    next_message: dict[str, Any] = field(default_factory=dict)
+
+    def respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.next_message
+
+
+def _tool_output(rng: random.Random, tokens: int, turn: int) -> str:
+    lines = [f"# output of step {turn}"]
+    while len(lines) * 12 < tokens:
+        lines.append(f"{rng.randint(1, 999):>4}: " + " ".join(rng.choices(WORDS, k=10)))
+    return "\n".join(lines)
+
+
+def _call(turn: int, name: str, arg: str) -> dict[str, Any]:
+    return {"id": f"call_{turn}_{name}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"arg": arg})}}
+
+
+def _plan(turn: int) -> str:
+    steps = ["read billing/rounding.py", "switch to Decimal", "fix tests", "run the suite"]
+    return json.dumps([{"step": s, "done": i < turn // 10} for i, s in enumerate(steps)])
+
+
+def _assistant_turn(turn: int, rng: random.Random) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The assistant's tool call(s) for ``turn`` and the tool results that answer them."""
+    if turn % 10 == 1:
+        calls = [_call(turn, "write_todos", _plan(turn))]
+        outputs = ["plan updated"]
+    elif turn % 7 == 0:  # parallel calls
+        calls = [_call(turn, "grep", "quantize"), _call(turn, "read_file", f"src/m{turn}.py")]
+        outputs = [_tool_output(rng, rng.randint(800, 1500), turn) for _ in calls]
+    else:
+        name = "run_tests" if turn % 3 == 0 else "read_file"
+        calls = [_call(turn, name, f"src/module_{turn}.py")]
+        outputs = [_tool_output(rng, rng.randint(1000, 4000), turn)]
+    if turn == 3:  # a fact buried in an early tool output
+        outputs[0] = "NOTE: the legacy rounding constant is ROUND_HALF_EVEN_7.\n" + outputs[0]
+    assistant = {"role": "assistant", "content": None, "tool_calls": calls}
+    results = [{"role": "tool", "tool_call_id": c["id"], "content": out}
+               for c, out in zip(calls, outputs, strict=True)]
+    return assistant, results
+
+
+def _row(out: TextIO, *cols: object) -> None:
+    widths = (5, 6, 9, 10, 7, 12, 10)
+    out.write(" ".join(str(c).rjust(w) for c, w in zip(cols, widths, strict=True)) + "\n")
+
+
+def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
+    """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code."""
+    rng = random.Random(7)
+    counter = TokenCounter()
+    script = Script()
+    fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
+    with tempfile.TemporaryDirectory() as tmp, Harness(Path(tmp), fake=fake) as h:
+        client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("demo-org"),
+                               max_retries=0)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": TASK},
+            {"role": "user", "content": "<memory>Prefer small commits. The CI job is "
+             "'billing-ci'.</memory>"}]
+        out.write(f"context-proxy demo: {turns} agent turns, model window {WINDOW:,} tokens, "
+                  f"upstream {fake.base_url} (fake, offline)\n\n")
+        _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
+        sent_total = received_total = 0
+        started = time.monotonic()
+        for turn in range(1, turns + 1):
+            last = turn == turns
+            assistant, results = _assistant_turn(turn, rng)
+            script.next_message = ({"role": "assistant", "content": "All tests pass."} if last
+                                   else assistant)
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+            raw.parse()
+            client_tokens = counter.count_messages(messages, MODEL, TOOLS)
+            upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
+                                                     MODEL, TOOLS)
+            sent_total += client_tokens
+            received_total += upstream_tokens
+            hd = raw.headers
+            _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
+                 hd.get("x-context-masked", "-"), hd.get("x-context-compaction", "-"),
+                 (hd.get("x-context-divider-id") or "-")[:10])
+            if not last:
+                messages += [assistant, *results]
+        saved = 1 - received_total / sent_total if sent_total else 0.0
+        out.write(f"\nTokens sent by the client, summed over the session:     {sent_total:>10,}\n"
+                  f"Tokens the upstream received, summed over the session:  {received_total:>10,}"
+                  f"  ({saved:.0%} saved)\n"
+                  f"Elapsed: {time.monotonic() - started:.1f} s\n")
+    return 0

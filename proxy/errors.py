@@ -1,0 +1,68 @@
+"""OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every failure the proxy itself reports goes through ``ApiError`` so that clients (the ``openai``
+SDKs in particular) can parse it, and so no traceback ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "server_error",
+    504: "upstream_error",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client with ``status`` and an OpenAI-shaped body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type_: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = type_ or _TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self, headers: dict[str, str] | None = None) -> web.Response:
+        return web.Response(
+            status=self.status,
+            body=json.dumps(self.body()).encode(),
+            content_type="application/json",
+            headers=headers,
+        )
+
+
+def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)

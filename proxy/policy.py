@@ -1,0 +1,260 @@
+"""The policy model: every field of SPEC section 7 as frozen dataclasses.
+
+A policy is built from a flat mapping of dotted field names (``compaction.trigger_ratio``) to
+values. Each layer (platform, organization, user) is such a mapping holding only the fields it
+sets; ``build_policy`` overlays them on the defaults. Validation happens here, once, when a layer
+is loaded or written, so the request path only ever sees valid, frozen objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class PolicyError(ValueError):
+    """A policy value or field is invalid. ``key`` is the dotted field name at fault."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ProtectedRule:
+    """A message is protected when its text contains ``marker`` or its ``name`` equals ``name``."""
+
+    marker: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class MaskingPolicy:
+    enabled: bool = True
+    trigger_ratio: float = 0.55
+    keep_recent: int = 5
+    exclude_tools: tuple[str, ...] = ()
+    spill_retention_days: int = 7
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    enabled: bool = True
+    trigger_ratio: float = 0.80
+    keep_ratio: float = 0.10
+    summary_ratio: float = 0.10
+    summary_max_tokens: int = 4096
+    summary_model: str | None = None
+    summary_timeout_s: float = 60.0
+    protect_first_user: bool = True
+    pinned_tools: tuple[str, ...] = ("write_todos",)
+    protected: tuple[ProtectedRule, ...] = (
+        ProtectedRule(marker="<memory>"),
+        ProtectedRule(marker="<recent_notes>"),
+    )
+    summary_role: str = "user"
+
+
+@dataclass(frozen=True)
+class RerankPolicy:
+    enabled: bool = False
+    keep: int = 8
+    candidates: int = 24
+    model: str | None = None
+    timeout_ms: int = 1500
+
+
+@dataclass(frozen=True)
+class Policy:
+    masking: MaskingPolicy = field(default_factory=MaskingPolicy)
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    rerank: RerankPolicy = field(default_factory=RerankPolicy)
+    models: Mapping[str, int] = field(default_factory=dict)
+    fallback_window: int = 200_000
+
+
+# --- field registry -------------------------------------------------------------------------
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise PolicyError(key, f"expected true or false, got {v!r}")
+
+
+def _ratio(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise PolicyError(key, f"expected a number between 0 and 1, got {v!r}")
+    if not 0 < float(v) <= 1:
+        raise PolicyError(key, f"expected a number in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _int_min(lo: int) -> Callable[[str, Any], int]:
+    def check(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise PolicyError(key, f"expected an integer, got {v!r}")
+        if v < lo:
+            raise PolicyError(key, f"expected an integer >= {lo}, got {v!r}")
+        return v
+
+    return check
+
+
+def _pos_float(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise PolicyError(key, f"expected a positive number, got {v!r}")
+    return float(v)
+
+
+def _opt_str(key: str, v: Any) -> str | None:
+    if v is None or (isinstance(v, str) and v.strip()):
+        return v
+    raise PolicyError(key, f"expected a non-empty string or null, got {v!r}")
+
+
+def _str_list(key: str, v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v):
+        return tuple(v)
+    raise PolicyError(key, f"expected a list of non-empty strings, got {v!r}")
+
+
+def _role(key: str, v: Any) -> str:
+    if v in ("user", "assistant", "system", "developer"):
+        return str(v)
+    raise PolicyError(key, f"expected one of user, assistant, system, developer, got {v!r}")
+
+
+def _protected(key: str, v: Any) -> tuple[ProtectedRule, ...]:
+    if isinstance(v, tuple) and all(isinstance(r, ProtectedRule) for r in v):
+        return v
+    if not isinstance(v, list | tuple):
+        raise PolicyError(key, f"expected a list of {{marker: ...}} or {{name: ...}}, got {v!r}")
+    rules = []
+    for item in v:
+        if isinstance(item, ProtectedRule):
+            rules.append(item)
+            continue
+        if not isinstance(item, dict) or not item or set(item) - {"marker", "name"}:
+            raise PolicyError(key, f"each rule needs 'marker' and/or 'name' only, got {item!r}")
+        if not all(isinstance(x, str) and x for x in item.values()):
+            raise PolicyError(key, f"rule values must be non-empty strings, got {item!r}")
+        rules.append(ProtectedRule(marker=item.get("marker"), name=item.get("name")))
+    return tuple(rules)
+
+
+def _models(key: str, v: Any) -> dict[str, int]:
+    if not isinstance(v, dict):
+        raise PolicyError(key, f"expected a mapping of model name to window, got {v!r}")
+    out: dict[str, int] = {}
+    for name, spec in v.items():
+        window = spec.get("context_window") if isinstance(spec, dict) else spec
+        out[str(name)] = _int_min(1)(f"{key}.{name}.context_window", window)
+    return out
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One policy field: its dotted name, default, checker and whether bounds apply to it."""
+
+    name: str
+    default: Any
+    check: Callable[[str, Any], Any]
+    numeric: bool = False
+
+
+_D = Policy()
+FIELDS: dict[str, FieldSpec] = {
+    f.name: f
+    for f in [
+        FieldSpec("masking.enabled", _D.masking.enabled, _bool),
+        FieldSpec("masking.trigger_ratio", _D.masking.trigger_ratio, _ratio, True),
+        FieldSpec("masking.keep_recent", _D.masking.keep_recent, _int_min(0), True),
+        FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
+        FieldSpec("masking.spill_retention_days", _D.masking.spill_retention_days,
+                  _int_min(1), True),
+        FieldSpec("compaction.enabled", _D.compaction.enabled, _bool),
+        FieldSpec("compaction.trigger_ratio", _D.compaction.trigger_ratio, _ratio, True),
+        FieldSpec("compaction.keep_ratio", _D.compaction.keep_ratio, _ratio, True),
+        FieldSpec("compaction.summary_ratio", _D.compaction.summary_ratio, _ratio, True),
+        FieldSpec("compaction.summary_max_tokens", _D.compaction.summary_max_tokens,
+                  _int_min(16), True),
+        FieldSpec("compaction.summary_model", _D.compaction.summary_model, _opt_str),
+        FieldSpec("compaction.summary_timeout_s", _D.compaction.summary_timeout_s,
+                  _pos_float, True),
+        FieldSpec("compaction.protect_first_user", _D.compaction.protect_first_user, _bool),
+        FieldSpec("compaction.pinned_tools", _D.compaction.pinned_tools, _str_list),
+        FieldSpec("compaction.protected", _D.compaction.protected, _protected),
+        FieldSpec("compaction.summary_role", _D.compaction.summary_role, _role),
+        FieldSpec("rerank.enabled", _D.rerank.enabled, _bool),
+        FieldSpec("rerank.keep", _D.rerank.keep, _int_min(1), True),
+        FieldSpec("rerank.candidates", _D.rerank.candidates, _int_min(2), True),
+        FieldSpec("rerank.model", _D.rerank.model, _opt_str),
+        FieldSpec("rerank.timeout_ms", _D.rerank.timeout_ms, _int_min(1), True),
+        FieldSpec("models", dict(_D.models), _models),
+        FieldSpec("fallback_window", _D.fallback_window, _int_min(1), True),
+    ]
+}
+
+
+def validate_layer(flat: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+    """Check every field of one layer; return the normalized values.
+
+    Raises ``PolicyError`` naming the first unknown field or bad value (``where`` prefixes the
+    message, e.g. the YAML file's path).
+    """
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        spec = FIELDS.get(key)
+        if spec is None:
+            raise PolicyError(key, f"unknown policy field in {where}")
+        try:
+            out[key] = spec.check(key, value)
+        except PolicyError as e:
+            raise PolicyError(key, f"{e.message} (in {where})") from None
+    return out
+
+
+def flatten(nested: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+    """Turn ``{masking: {enabled: false}}`` into ``{"masking.enabled": False}`` (unvalidated).
+
+    ``models`` stays a single field; section names must be mappings.
+    """
+    if not isinstance(nested, Mapping):
+        raise PolicyError("policy", f"expected a mapping in {where}, got {nested!r}")
+    flat: dict[str, Any] = {}
+    for section, value in nested.items():
+        if section in ("models", "fallback_window"):
+            flat[section] = value
+        elif section in ("masking", "compaction", "rerank"):
+            if not isinstance(value, Mapping):
+                raise PolicyError(section, f"expected a mapping in {where}, got {value!r}")
+            for name, v in value.items():
+                flat[f"{section}.{name}"] = v
+        else:
+            raise PolicyError(str(section), f"unknown policy section in {where}")
+    return flat
+
+
+def build_policy(*layers: Mapping[str, Any]) -> Policy:
+    """Overlay validated flat layers (lowest first) on the defaults and build a ``Policy``."""
+    merged: dict[str, Any] = {k: s.default for k, s in FIELDS.items()}
+    for layer in layers:
+        merged.update(layer)
+    sections: dict[str, dict[str, Any]] = {"masking": {}, "compaction": {}, "rerank": {}}
+    for key, value in merged.items():
+        if "." in key:
+            section, name = key.split(".", 1)
+            sections[section][name] = value
+    return Policy(
+        masking=MaskingPolicy(**sections["masking"]),
+        compaction=CompactionPolicy(**sections["compaction"]),
+        rerank=RerankPolicy(**sections["rerank"]),
+        models=dict(merged["models"]),
+        fallback_window=merged["fallback_window"],
+    )
+
+
+DEFAULT_POLICY = Policy()

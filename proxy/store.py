@@ -1,0 +1,157 @@
+"""The embedded store: one SQLite file (WAL) managed with sqlite-utils and ordered migrations.
+
+Reads that sit on the request path use a dedicated reader connection on the event-loop thread
+(indexed lookups, microseconds); every write goes through ``Store.write`` which runs it on a
+single writer thread, so the event loop never waits on a disk sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlite_utils
+
+T = TypeVar("T")
+
+Migration = Callable[[sqlite_utils.Database], None]
+
+
+def _m001_keys(db: sqlite_utils.Database) -> None:
+    db.table("keys").create(
+        {"id": str, "key_hash": str, "org": str, "user": str, "kind": str,
+         "created_at": float, "revoked_at": float},
+        pk="id", not_null={"key_hash", "org", "kind", "created_at"},
+    )
+    db.table("keys").create_index(["key_hash"], unique=True)
+    db.table("meta").create({"name": str, "value": int}, pk="name")
+    db.table("meta").insert({"name": "keys_version", "value": 0})
+
+
+MIGRATIONS: list[tuple[str, Migration]] = [
+    ("001_keys", _m001_keys),
+]
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+def migrate(db: sqlite_utils.Database, migrations: list[tuple[str, Migration]] | None = None
+            ) -> list[str]:
+    """Apply pending migrations in order; return the names applied. Idempotent."""
+    db.enable_wal()
+    if "_migrations" not in db.table_names():
+        db.table("_migrations").create({"name": str, "applied_at": float}, pk="name")
+    done = {r["name"] for r in db.table("_migrations").rows}
+    applied = []
+    for name, fn in migrations or MIGRATIONS:
+        if name in done:
+            continue
+        with db.conn:
+            fn(db)
+            db.table("_migrations").insert({"name": name, "applied_at": time.time()})
+        applied.append(name)
+    return applied
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    id: str
+    org: str
+    user: str | None
+    kind: str  # "proxy" (issued here) or "bound" (a passthrough key's hash bound to an org)
+    created_at: float
+    revoked_at: float | None
+
+
+def _key_record(row: dict[str, Any]) -> KeyRecord:
+    return KeyRecord(row["id"], row["org"], row["user"], row["kind"], row["created_at"],
+                     row["revoked_at"])
+
+
+class Store:
+    """Open (and migrate) the database at ``path``. Synchronous methods are for the CLI and the
+    writer thread; ``write`` runs a callable on the writer thread from async code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite_utils.Database(_connect(path))
+        migrate(self.db)
+        self.reader = _connect(path)
+        self.reader.row_factory = sqlite3.Row
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.reader.close()
+        self.db.conn.close()
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def _bump_keys_version(self) -> None:
+        self.db.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
+
+    def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
+        """Issue a proxy key; returns the record and the plaintext, which is never stored."""
+        plaintext = "cp-" + secrets.token_urlsafe(32)
+        return self._insert_key(plaintext, org, user, "proxy"), plaintext
+
+    def bind_key(self, plaintext: str, org: str, user: str | None = None) -> KeyRecord:
+        """Bind a client's own (passthrough) key, by hash, to an organization."""
+        return self._insert_key(plaintext, org, user, "bound")
+
+    def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
+        row = {"id": "key_" + secrets.token_hex(6), "key_hash": hash_key(plaintext), "org": org,
+               "user": user, "kind": kind, "created_at": time.time(), "revoked_at": None}
+        with self.db.conn:
+            self.db.table("keys").insert(row)
+            self._bump_keys_version()
+        return _key_record(row)
+
+    def list_keys(self) -> list[KeyRecord]:
+        return [_key_record(r) for r in self.db.table("keys").rows_where(order_by="created_at")]
+
+    def revoke_key(self, key_id: str) -> bool:
+        with self.db.conn:
+            cur = self.db.execute(
+                "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                [time.time(), key_id])
+            changed = cur.rowcount > 0
+            if changed:
+                self._bump_keys_version()
+        return changed
+
+    def count_keys(self) -> int:
+        return self.db.table("keys").count
+
+    # --- reads on the request path (reader connection) ----------------------------------------
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (this process or another) commits."""
+        return int(self.reader.execute("PRAGMA data_version").fetchone()[0])
+
+    def keys_version(self) -> int:
+        row = self.reader.execute("SELECT value FROM meta WHERE name = 'keys_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def find_key(self, key_hash: str) -> KeyRecord | None:
+        row = self.reader.execute("SELECT * FROM keys WHERE key_hash = ?", [key_hash]).fetchone()
+        return _key_record(dict(row)) if row else None

@@ -1,0 +1,108 @@
+"""The upstream connection: one shared ``ClientSession``, header hygiene and fault mapping.
+
+Faults become ``ApiError``: a refused or broken connection is 502, no first byte within
+``CONTEXT_PROXY_UPSTREAM_TIMEOUT_S`` is 504. The upstream key is only ever placed in the outgoing
+``Authorization`` header and scrubbed from any error body relayed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.errors import ApiError
+
+# RFC 9110 hop-by-hop headers plus those aiohttp recomputes for each leg.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+})
+_CLIENT_ONLY = frozenset({"authorization", "x-context-compact", "cookie"})
+
+
+def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
+                    identity: bool = False) -> CIMultiDict[str]:
+    """Headers to send upstream: the client's, minus hop-by-hop and credentials, plus ours."""
+    out: CIMultiDict[str] = CIMultiDict()
+    connection_tokens = {t.strip().lower() for t in incoming.get("Connection", "").split(",")}
+    for name, value in incoming.items():
+        low = name.lower()
+        if low in HOP_BY_HOP or low in _CLIENT_ONLY or low in connection_tokens:
+            continue
+        if identity and low == "accept-encoding":
+            continue
+        out.add(name, value)
+    if identity:
+        out["Accept-Encoding"] = "identity"
+    if upstream_key:
+        out["Authorization"] = f"Bearer {upstream_key}"
+    return out
+
+
+def response_headers(upstream: CIMultiDictProxy[str], drop: Iterable[str] = ()
+                     ) -> CIMultiDict[str]:
+    """Headers to relay to the client: the upstream's, minus hop-by-hop ones."""
+    skip = HOP_BY_HOP | {d.lower() for d in drop}
+    connection_tokens = {t.strip().lower() for t in upstream.get("Connection", "").split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in upstream.items():
+        low = name.lower()
+        if low not in skip and low not in connection_tokens:
+            out.add(name, value)
+    return out
+
+
+class Upstream:
+    """The shared client towards the configured OpenAI-compatible base URL (ending in /v1)."""
+
+    def __init__(self, base_url: str, api_key: str | None, first_byte_timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
+                                              sock_read=self.first_byte_timeout_s),
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def url(self, path: str) -> str:
+        """``path`` is relative to /v1, e.g. ``/chat/completions``."""
+        return self.base_url + path
+
+    async def open(self, method: str, path: str, headers: Mapping[str, str],
+                   data: object = None, query: str = "") -> aiohttp.ClientResponse:
+        """Send a request and return once the response headers arrived (caller releases it)."""
+        url = self.url(path) + (f"?{query}" if query else "")
+        try:
+            async with asyncio.timeout(self.first_byte_timeout_s):
+                return await self.session.request(method, url, headers=headers, data=data,
+                                                  allow_redirects=False)
+        except TimeoutError:
+            raise ApiError(504, "The upstream model did not answer in time.",
+                           code="upstream_timeout") from None
+        except aiohttp.ClientError as e:
+            raise ApiError(502, f"Could not reach the upstream model: {type(e).__name__}.",
+                           code="upstream_unreachable") from None
+
+    def scrub(self, body: bytes) -> bytes:
+        """Remove the upstream key from a body relayed to a client (error bodies echo keys)."""
+        if self.api_key and self.api_key.encode() in body:
+            return body.replace(self.api_key.encode(), b"[redacted]")
+        return body

@@ -1,0 +1,49 @@
+"""Shared fixtures: a running proxy in front of the in-process fake upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.fakeupstream import FakeUpstream
+from proxy.harness import Harness
+
+
+@pytest.fixture
+def make_harness(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    """Start a proxy + fake upstream; stopped at the end of the test."""
+    started: list[Harness] = []
+
+    def make(fake: FakeUpstream | None = None, env: dict[str, str] | None = None,
+             **settings: Any) -> Harness:
+        h = Harness(tmp_path, fake=fake, env=env, **settings).start()
+        started.append(h)
+        return h
+
+    yield make
+    for h in started:
+        h.stop()
+
+
+@pytest.fixture
+def harness(make_harness: Callable[..., Harness]) -> Harness:
+    return make_harness()
+
+
+@pytest.fixture
+def key(harness: Harness) -> str:
+    return harness.create_key("acme")
+
+
+@pytest.fixture
+def client(harness: Harness, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=harness.base_url, api_key=key, max_retries=0)
+
+
+@pytest.fixture
+def aclient(harness: Harness, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=harness.base_url, api_key=key, max_retries=0)

@@ -1,0 +1,118 @@
+"""Platform YAML and environment settings: validated once, errors name the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.config import ConfigError, PlatformConfig, load_platform, load_settings, parse_platform
+from proxy.policy import FIELDS, build_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_platform_yaml_equals_embedded_defaults() -> None:
+    shipped = load_platform(ROOT / "policies")
+    embedded = PlatformConfig()
+    assert build_policy(shipped.defaults) == build_policy(embedded.defaults)
+    assert set(shipped.defaults) == set(FIELDS)  # the shipped file documents every field
+    assert (shipped.upstream_url, shipped.auth_mode, shipped.locks) == (
+        embedded.upstream_url, embedded.auth_mode, embedded.locks)
+
+
+def test_spec_example_parses() -> None:
+    doc = yaml.safe_load("""
+upstream: {base_url: "https://api.openai.com/v1", api_key_env: OPENAI_API_KEY}
+auth: {mode: proxy_keys}
+fallback_window: 200000
+models: {my-llama: {context_window: 32768}}
+defaults:
+  masking: {enabled: true, trigger_ratio: 0.55, keep_recent: 5, exclude_tools: []}
+  compaction: {enabled: true, trigger_ratio: 0.80, keep_ratio: 0.10, pinned_tools: [write_todos]}
+  rerank: {enabled: false, keep: 8, candidates: 24, timeout_ms: 1500}
+locks: [masking.enabled]
+bounds: {compaction.trigger_ratio: {min: 0.5, max: 0.95}}
+orgs:
+  acme: {policy: {compaction: {trigger_ratio: 0.7}}, users: {alice: {policy: {}}}}
+""")
+    cfg = parse_platform(doc, "platform.yaml")
+    assert cfg.defaults["models"] == {"my-llama": 32768}
+    assert cfg.locks == {"masking.enabled"}
+    assert cfg.bounds["compaction.trigger_ratio"] == (0.5, 0.95)
+    assert cfg.orgs["acme"].policy == {"compaction.trigger_ratio": 0.7}
+    assert cfg.orgs["acme"].users == {"alice": {}}
+
+
+@pytest.mark.parametrize("doc, key", [
+    ({"bogus": 1}, "bogus"),
+    ({"defaults": {"masking": {"keep_recent": "five"}}}, "defaults.masking.keep_recent"),
+    ({"defaults": {"compaction": {"trigger_ratio": 1.5}}}, "defaults.compaction.trigger_ratio"),
+    ({"defaults": {"compaction": {"nope": 1}}}, "defaults.compaction.nope"),
+    ({"defaults": {"weird": {}}}, "defaults.weird"),
+    ({"locks": ["masking.nope"]}, "locks"),
+    ({"bounds": {"masking.enabled": {"min": 0}}}, "bounds.masking.enabled"),
+    ({"bounds": {"compaction.trigger_ratio": {"min": 0.9, "max": 0.5}}},
+     "bounds.compaction.trigger_ratio"),
+    ({"auth": {"mode": "open"}}, "auth.mode"),
+    ({"upstream": {"base_url": "ftp://x"}}, "upstream.base_url"),
+    ({"orgs": {"acme": {"policy": {"masking": {"enabled": "yes"}}}}},
+     "orgs.acme.policy.masking.enabled"),
+    ({"models": {"m": {"context_window": -1}}}, "models"),
+])
+def test_invalid_platform_names_file_and_key(doc: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_platform(doc, "policies/platform.yaml")
+    assert "policies/platform.yaml" in str(info.value)
+    assert key in str(info.value)
+
+
+def test_broken_yaml_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "platform.yaml").write_text("defaults: [unclosed")
+    with pytest.raises(ConfigError, match=r"platform\.yaml"):
+        load_platform(tmp_path)
+
+
+def test_environment_overrides_yaml(tmp_path: Path) -> None:
+    (tmp_path / "platform.yaml").write_text(
+        "upstream: {base_url: 'http://a.example/v1', api_key_env: MY_KEY}\n"
+        "auth: {mode: proxy_keys}\n")
+    s = load_settings({"CONTEXT_PROXY_POLICIES": str(tmp_path), "MY_KEY": "k1"})
+    assert (s.upstream_url, s.upstream_api_key, s.auth_mode) == ("http://a.example/v1", "k1",
+                                                                 "proxy_keys")
+    s = load_settings({"CONTEXT_PROXY_POLICIES": str(tmp_path), "MY_KEY": "k1",
+                       "CONTEXT_PROXY_UPSTREAM_URL": "http://b.example/v1/",
+                       "CONTEXT_PROXY_UPSTREAM_API_KEY": "k2",
+                       "CONTEXT_PROXY_AUTH_MODE": "passthrough", "CONTEXT_PROXY_PORT": "9000",
+                       "CONTEXT_PROXY_MANUAL_COMPACTION": "true",
+                       "CONTEXT_PROXY_UPSTREAM_TIMEOUT_S": "12.5"})
+    assert (s.upstream_url, s.upstream_api_key, s.auth_mode, s.port) == (
+        "http://b.example/v1", "k2", "passthrough", 9000)
+    assert s.manual_compaction is True and s.upstream_timeout_s == 12.5
+
+
+@pytest.mark.parametrize("env", [
+    {"CONTEXT_PROXY_AUTH_MODE": "nobody"}, {"CONTEXT_PROXY_PORT": "http"},
+    {"CONTEXT_PROXY_MANUAL_COMPACTION": "maybe"}, {"CONTEXT_PROXY_UPSTREAM_TIMEOUT_S": "-1"},
+    {"CONTEXT_PROXY_UPSTREAM_URL": "localhost:8000"},
+])
+def test_bad_environment_names_the_variable(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(env)
+    assert next(iter(env)) in str(info.value)
+
+
+def test_readme_documents_every_policy_field() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in FIELDS if f"| `{name}` |" not in readme]
+    assert missing == []
+
+
+def test_readme_documents_every_environment_variable() -> None:
+    readme = (ROOT / "README.md").read_text()
+    source = (ROOT / "proxy" / "config.py").read_text()
+    import re
+
+    names = set(re.findall(r'"(CONTEXT_PROXY_[A-Z_]+)"', source))
+    assert names and all(f"`{n}`" in readme for n in names)

@@ -1,0 +1,103 @@
+"""Keys: hashed at rest, revocation at once (even from another process), secrets never leak."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from proxy.fakeupstream import FakeUpstream, Fault
+from proxy.harness import Harness
+from proxy.store import Store, hash_key
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def cli(db: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CONTEXT_PROXY_DB=str(db))
+    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_database_holds_no_plaintext_key(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    out = cli(db, "keys", "create", "--org", "acme", "--user", "alice")
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout)
+    key = created["key"]
+    assert (created["org"], created["user"]) == ("acme", "alice")
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("k.db"))
+    assert key.encode() not in raw
+    assert hash_key(key).encode() in raw or sqlite3.connect(db).execute(
+        "select count(*) from keys where key_hash = ?", [hash_key(key)]).fetchone()[0] == 1
+    listing = cli(db, "keys", "list")
+    assert key not in listing.stdout and hash_key(key) not in listing.stdout
+    assert json.loads(listing.stdout.splitlines()[0])["id"] == created["id"]
+
+
+def test_revoked_key_is_refused_at_once_even_from_another_process(harness: Harness) -> None:
+    assert harness.settings is not None
+    out = cli(harness.settings.db_path, "keys", "create", "--org", "acme")
+    created = json.loads(out.stdout)
+    c = openai.OpenAI(base_url=harness.base_url, api_key=created["key"], max_retries=0)
+    c.chat.completions.create(model="gpt-4o", messages=MSG)
+    revoked = cli(harness.settings.db_path, "keys", "revoke", created["id"])
+    assert revoked.returncode == 0, revoked.stderr
+    with pytest.raises(openai.AuthenticationError):
+        c.chat.completions.create(model="gpt-4o", messages=MSG)
+    assert cli(harness.settings.db_path, "keys", "revoke", created["id"]).returncode == 1
+
+
+def test_upstream_key_never_reaches_client_logs_or_metrics(
+        make_harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake = FakeUpstream()
+    h = make_harness(fake=fake)
+    secret = h.upstream_key
+    fake.faults += [Fault(status=401, body={"error": {"message": f"bad key {secret}"}}),
+                    Fault(drop=True), Fault(status=500)]
+    seen: list[str] = []
+    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    for _ in range(4):
+        try:
+            raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=MSG)
+            seen += [raw.text, json.dumps(dict(raw.headers))]
+        except openai.APIStatusError as e:
+            seen += [e.message, json.dumps(e.body), json.dumps(dict(e.response.headers))]
+    stream = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=MSG,
+                                                         stream=True)
+    seen += [stream.http_response.read().decode(), json.dumps(dict(stream.headers))]
+    seen.append(urllib.request.urlopen(h.base_url.replace("/v1", "/metrics")).read().decode())
+    seen.append(caplog.text)
+    assert len(seen) >= 10
+    for text in seen:
+        assert secret not in text
+
+
+def test_passthrough_forwards_client_key_and_binds_org(make_harness, tmp_path: Path) -> None:
+    h = make_harness(auth_mode="passthrough")
+    c = openai.OpenAI(base_url=h.base_url, api_key="sk-client-own-key", max_retries=0)
+    c.chat.completions.create(model="gpt-4o", messages=MSG)
+    assert h.fake.requests[-1].headers["Authorization"] == "Bearer sk-client-own-key"
+    assert h.state.auth.authenticate  # a binding picks the organization
+    h.state.store.bind_key("sk-client-own-key", "globex")
+    principal = h.state.auth._resolve("sk-client-own-key", hash_key("sk-client-own-key"))
+    assert principal is not None and principal.org == "globex"
+
+
+def test_bound_passthrough_key_is_not_a_proxy_key(tmp_path: Path) -> None:
+    from proxy.auth import Authenticator
+
+    store = Store(tmp_path / "s.db")
+    store.bind_key("sk-client", "acme")
+    auth = Authenticator(store, "proxy_keys", "sk-up")
+    assert auth._resolve("sk-client", hash_key("sk-client")) is None
+    store.close()

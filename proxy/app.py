@@ -12,6 +12,7 @@ from aiohttp import web
 from proxy.auth import Authenticator
 from proxy.config import Settings
 from proxy.errors import ApiError
+from proxy.layers import PolicyService
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.store import Store
 from proxy.upstream import Upstream
@@ -26,6 +27,7 @@ class ProxyState:
     auth: Authenticator
     upstream: Upstream
     metrics: Metrics
+    policies: PolicyService
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)
@@ -98,7 +100,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
                         settings.upstream_timeout_s)
     auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
-    app[STATE] = ProxyState(settings, store, auth, upstream, Metrics())
+    app[STATE] = ProxyState(settings, store, auth, upstream, Metrics(),
+                            PolicyService(settings.platform))
     yield
     await upstream.close()
     store.close()

@@ -36,8 +36,41 @@ def _m001_keys(db: sqlite_utils.Database) -> None:
     db.table("meta").insert({"name": "keys_version", "value": 0})
 
 
+def _m002_policy_layers(db: sqlite_utils.Database) -> None:
+    # One row per organization layer (user = '') or user layer: the fields that layer sets.
+    db.table("policy_layers").create(
+        {"org": str, "user": str, "fields": str, "updated_at": float},
+        pk=("org", "user"), not_null={"fields", "updated_at"},
+    )
+
+
+def _m003_conversations(db: sqlite_utils.Database) -> None:
+    db.table("conversations").create(
+        {"id": str, "org": str, "created_at": float, "updated_at": float,
+         "usage_prompt_tokens": int, "usage_estimate": int, "usage_messages": int},
+        pk="id", not_null={"org", "created_at"},
+    )
+    # One row per compaction; each is also the conversation's divider record.
+    db.table("compactions").create(
+        {"id": str, "conversation": str, "seq": int, "created_at": float, "kind": str,
+         "text": str, "prefix_hash": str, "covered": int, "preserved": str, "summary": str,
+         "summary_model": str, "summary_tokens": int, "tokens_before": int,
+         "tokens_after": int},
+        pk="id", not_null={"conversation", "seq", "kind", "prefix_hash", "covered", "summary"},
+    )
+    db.table("compactions").create_index(["conversation", "seq"], unique=True)
+    db.table("spills").create(
+        {"conversation": str, "id": str, "tool_name": str, "tool_call_id": str,
+         "content": str, "tokens": int, "created_at": float, "expires_at": float},
+        pk=("conversation", "id"), not_null={"content", "expires_at"},
+    )
+    db.table("spills").create_index(["expires_at"])
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
+    ("002_policy_layers", _m002_policy_layers),
+    ("003_conversations", _m003_conversations),
 ]
 
 

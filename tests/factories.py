@@ -1,0 +1,110 @@
+"""Message factories and a deterministic fake summarizer, shared by the stage tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from typing import Any
+
+from proxy.stages.common import format_summary
+
+Message = dict[str, Any]
+
+_ids = itertools.count(1)
+WORDS = (
+    "the build failed because config value path error file module test import return self "
+    "agent user model token window summary cache request response server client status retry "
+    "install package version update commit branch merge review deploy log trace line column"
+).split()
+
+
+def words(n: int, seed: int = 0) -> str:
+    """About ``n`` tokens of deterministic filler text (one common word per token)."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def hellos(n: int) -> str:
+    """Exactly ``n`` tokens in cl100k_base and o200k_base (`` hello`` is one token in both)."""
+    return " hello" * n
+
+
+def system(text: str = "You are a careful coding agent.") -> Message:
+    return {"role": "system", "content": text}
+
+
+def developer(text: str = "Prefer small diffs.") -> Message:
+    return {"role": "developer", "content": text}
+
+
+def user(text: str = "Please fix the failing test.", **extra: Any) -> Message:
+    return {"role": "user", "content": text, **extra}
+
+
+def tool_call(name: str, args: Any = None, call_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": call_id or f"call_{next(_ids)}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args or {})},
+    }
+
+
+def assistant(text: str | None = "Done.", *calls: dict[str, Any]) -> Message:
+    msg: Message = {"role": "assistant", "content": text}
+    if calls:
+        msg["tool_calls"] = list(calls)
+    return msg
+
+
+def tool_result(call: dict[str, Any] | str, content: Any = "ok", **extra: Any) -> Message:
+    cid = call if isinstance(call, str) else call["id"]
+    return {"role": "tool", "tool_call_id": cid, "content": content, **extra}
+
+
+def tool_turn(name: str, output: str, args: Any = None) -> list[Message]:
+    """An assistant message calling ``name`` once, and its result."""
+    call = tool_call(name, args)
+    return [assistant(None, call), tool_result(call, output)]
+
+
+def parallel_turn(outputs: dict[str, str]) -> list[Message]:
+    """One assistant message calling each tool in ``outputs`` at once, then every result."""
+    calls = [tool_call(name) for name in outputs]
+    return [assistant(None, *calls), *(tool_result(c, out) for c, out in
+                                       zip(calls, outputs.values(), strict=True))]
+
+
+def summary_message(text: str = "Earlier: the user wants X.", role: str = "user") -> Message:
+    return {"role": role, "content": format_summary(text)}
+
+
+def agent_session(turns: int, output_tokens: int, seed: int = 0) -> list[Message]:
+    """A single-task agent session: one user message, then ``turns`` read_file turns."""
+    msgs = [system(), user("Refactor the module and keep the tests green.")]
+    for t in range(turns):
+        msgs += tool_turn("read_file", words(output_tokens, seed + t), {"path": f"src/f{t}.py"})
+    msgs.append(assistant("All done."))
+    return msgs
+
+
+def prompt_text(prompt: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content")) for m in prompt)
+
+
+class FakeSummarizer:
+    """Records every request; answers with a short summary derived from the request."""
+
+    def __init__(self, reply: str | None = None) -> None:
+        self.reply = reply
+        self.calls: list[tuple[list[dict[str, Any]], int]] = []
+
+    async def __call__(self, prompt: list[dict[str, Any]], max_tokens: int) -> str:
+        self.calls.append((prompt, max_tokens))
+        if self.reply is not None:
+            return self.reply
+        return f"Summary {len(self.calls)}: {len(prompt_text(prompt))} characters were read."
+
+    @property
+    def inputs(self) -> str:
+        return "\n".join(prompt_text(p) for p, _ in self.calls)

@@ -19,12 +19,13 @@ from typing import Any, TextIO
 
 import openai
 
+from proxy.config import PlatformConfig
 from proxy.fakeupstream import FakeUpstream
 from proxy.harness import Harness
 from proxy.tokens import TokenCounter
 
 MODEL = "demo-agent"
-WINDOW = 32_768
+WINDOW = 16_384
 SYSTEM = ("You are a careful coding agent working in the repository 'billing-service'. "
           "Deployment code word: AZURE-FALCON-42. Always run the tests before you finish.")
 TASK = ("Migrate the invoice rounding in billing-service from float to Decimal, keep the public "
@@ -35,6 +36,9 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}}
     for name, desc in [("read_file", "Read a file"), ("run_tests", "Run the test suite"),
                        ("grep", "Search the code"), ("write_todos", "Replace the plan")]]
+MEMORY = "<memory>Prefer small commits. The CI job is BILLING-CI-9.</memory>"
+BURIED_FACT = "ROUND-HALF-EVEN-7"
+CONVERSATION = "demo-session"
 WORDS = ("invoice amount decimal rounding total customer ledger line tax currency quantize "
          "assert fixture module return value cents precision float context error pass").split()
 
@@ -66,21 +70,35 @@ def _plan(turn: int) -> str:
     return json.dumps([{"step": s, "done": i < turn // 10} for i, s in enumerate(steps)])
 
 
-def _assistant_turn(turn: int, rng: random.Random) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The assistant's tool call(s) for ``turn`` and the tool results that answer them."""
+def opening_messages() -> list[dict[str, Any]]:
+    """System prompt, the task (first user message) and a protected memory block."""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": TASK},
+            {"role": "user", "content": MEMORY}]
+
+
+def agent_turn(turn: int, rng: random.Random, sizes: tuple[int, int] = (500, 2500)
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The assistant's tool call(s) for ``turn`` and the tool results that answer them.
+
+    Every tenth turn (1, 11, …) rewrites the ``write_todos`` plan; every seventh makes two
+    parallel calls; tool outputs are ``sizes`` tokens (roughly); turn 3 buries a fact.
+    """
+    low, high = sizes
     if turn % 10 == 1:
         calls = [_call(turn, "write_todos", _plan(turn))]
         outputs = ["plan updated"]
     elif turn % 7 == 0:  # parallel calls
         calls = [_call(turn, "grep", "quantize"), _call(turn, "read_file", f"src/m{turn}.py")]
-        outputs = [_tool_output(rng, rng.randint(800, 1500), turn) for _ in calls]
+        outputs = [_tool_output(rng, rng.randint(low, high) // 2, turn) for _ in calls]
     else:
         name = "run_tests" if turn % 3 == 0 else "read_file"
         calls = [_call(turn, name, f"src/module_{turn}.py")]
-        outputs = [_tool_output(rng, rng.randint(1000, 4000), turn)]
+        outputs = [_tool_output(rng, rng.randint(low, high), turn)]
     if turn == 3:  # a fact buried in an early tool output
-        outputs[0] = "NOTE: the legacy rounding constant is ROUND_HALF_EVEN_7.\n" + outputs[0]
-    assistant = {"role": "assistant", "content": None, "tool_calls": calls}
+        outputs[0] = f"NOTE: the legacy rounding constant is {BURIED_FACT}.\n" + outputs[0]
+    thought = f"Step {turn}: " + " ".join(rng.choices(WORDS, k=rng.randint(60, 160)))
+    assistant = {"role": "assistant", "content": thought, "tool_calls": calls}
     results = [{"role": "tool", "tool_call_id": c["id"], "content": out}
                for c, out in zip(calls, outputs, strict=True)]
     return assistant, results
@@ -97,14 +115,11 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
     counter = TokenCounter()
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
-    with tempfile.TemporaryDirectory() as tmp, Harness(Path(tmp), fake=fake) as h:
+    with tempfile.TemporaryDirectory() as tmp, \
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig()) as h:  # embedded defaults
         client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("demo-org"),
                                max_retries=0)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": TASK},
-            {"role": "user", "content": "<memory>Prefer small commits. The CI job is "
-             "'billing-ci'.</memory>"}]
+        messages = opening_messages()
         out.write(f"context-proxy demo: {turns} agent turns, model window {WINDOW:,} tokens, "
                   f"upstream {fake.base_url} (fake, offline)\n\n")
         _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
@@ -112,11 +127,12 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
         started = time.monotonic()
         for turn in range(1, turns + 1):
             last = turn == turns
-            assistant, results = _assistant_turn(turn, rng)
+            assistant, results = agent_turn(turn, rng)
             script.next_message = ({"role": "assistant", "content": "All tests pass."} if last
                                    else assistant)
             raw = client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+                model=MODEL, messages=messages, tools=TOOLS,  # type: ignore[arg-type]
+                extra_headers={"X-Conversation-Id": CONVERSATION})
             raw.parse()
             client_tokens = counter.count_messages(messages, MODEL, TOOLS)
             upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
@@ -130,8 +146,20 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
             if not last:
                 messages += [assistant, *results]
         saved = 1 - received_total / sent_total if sent_total else 0.0
+        final = json.dumps(fake.chat_requests()[-1]["messages"])
+        dividers = client.get(f"/conversations/{CONVERSATION}/dividers", cast_to=object)
         out.write(f"\nTokens sent by the client, summed over the session:     {sent_total:>10,}\n"
                   f"Tokens the upstream received, summed over the session:  {received_total:>10,}"
                   f"  ({saved:.0%} saved)\n"
-                  f"Elapsed: {time.monotonic() - started:.1f} s\n")
+                  f"Summary calls made: {len(fake.summary_requests())} for "
+                  f"{len(dividers['data'])} compactions (input larger than the summary "  # type: ignore[index]
+                  "model's window is summarized in pieces, then merged)\n"
+                  f"Fact buried in turn 3's tool output ({BURIED_FACT}) still reaches the "
+                  f"upstream at the last turn: {'yes' if BURIED_FACT in final else 'no'}\n"
+                  f"Elapsed: {time.monotonic() - started:.1f} s\n\n"
+                  f"Dividers (GET /v1/conversations/{CONVERSATION}/dividers):\n")
+        for d in dividers["data"]:  # type: ignore[index]
+            out.write(f"  {d['id']}  {d['kind']:<6}  {d['text']}  "
+                      f"(~{d['tokens_before']:,} → ~{d['tokens_after']:,} tokens, "
+                      f"{d['covered_messages']} messages covered)\n")
     return 0

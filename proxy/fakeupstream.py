@@ -11,12 +11,15 @@ import asyncio
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from proxy.stages.summary import SUMMARY_SYSTEM_PROMPT
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -59,6 +62,25 @@ def approx_tokens(messages: list[dict[str, Any]]) -> int:
     return int(_counter.count_messages(messages, "gpt-4o"))
 
 
+SUMMARY_PROMPT_START = SUMMARY_SYSTEM_PROMPT[:48]
+FACT = re.compile(r"\b[A-Z][A-Z0-9_]*-[A-Z0-9_-]*[0-9]+\b")
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Whether a chat request is the proxy's own summary call."""
+    first = (body.get("messages") or [{}])[0]
+    content = first.get("content") if isinstance(first, dict) else None
+    return isinstance(content, str) and content.startswith(SUMMARY_PROMPT_START)
+
+
+def default_summarizer(body: dict[str, Any]) -> str:
+    """A deterministic 'summary': every fact-like token (``CODE-123``) found in the prompt."""
+    text = "\n".join(m.get("content") or "" for m in body["messages"]
+                     if isinstance(m.get("content"), str))
+    facts = sorted(set(FACT.findall(text)))
+    return "Goal: continue the task. Key details: " + (", ".join(facts) or "none") + "."
+
+
 def default_responder(body: dict[str, Any]) -> dict[str, Any]:
     last = body["messages"][-1] if body.get("messages") else {}
     content = last.get("content")
@@ -72,6 +94,10 @@ class FakeUpstream:
 
     models: dict[str, int] = field(default_factory=dict)
     responder: ChatResponder = default_responder
+    summarizer: Callable[[dict[str, Any]], str] = default_summarizer
+    enforce_windows: bool = False  # answer 400 context_length_exceeded like OpenAI does
+    usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
+    summary_delay_s: float = 0.0  # how long a summary call takes
     stream_delay_s: float = 0.0
     stream_chunks: int = 4
     requests: list[Recorded] = field(default_factory=list)
@@ -105,6 +131,13 @@ class FakeUpstream:
     # --- helpers for tests ------------------------------------------------------------------
 
     def chat_requests(self) -> list[dict[str, Any]]:
+        """Chat requests received, the proxy's own summary calls excluded."""
+        return [b for b in self.all_chat_requests() if not is_summary_request(b)]
+
+    def summary_requests(self) -> list[dict[str, Any]]:
+        return [b for b in self.all_chat_requests() if is_summary_request(b)]
+
+    def all_chat_requests(self) -> list[dict[str, Any]]:
         return [r.json for r in self.requests if r.path == "/v1/chat/completions"]
 
     async def _record(self, request: web.Request) -> Recorded:
@@ -140,11 +173,22 @@ class FakeUpstream:
                     "message": "fake upstream fault", "type": "server_error", "param": None,
                     "code": None}}
                 return web.json_response(err, status=fault.status)
-        answer = self.responder(body)
-        message = await answer if asyncio.iscoroutine(answer) else answer
+        prompt_tokens = round(approx_tokens(body["messages"]) * self.usage_scale)
+        window = self.models.get(body.get("model", ""))
+        if self.enforce_windows and window and prompt_tokens > window:
+            return web.json_response({"error": {
+                "message": f"This model's maximum context length is {window} tokens. However, "
+                           f"your messages resulted in {prompt_tokens} tokens.",
+                "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}}, status=400)
+        if is_summary_request(body):
+            await asyncio.sleep(self.summary_delay_s)
+            message: dict[str, Any] = {"role": "assistant", "content": self.summarizer(body)}
+        else:
+            answer = self.responder(body)
+            message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
         assert isinstance(message, dict)
-        usage = {"prompt_tokens": approx_tokens(body["messages"]),
-                 "completion_tokens": 8, "total_tokens": 0}
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 8, "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + 8
         if body.get("stream"):
             return await self._stream(request, body, message, usage)

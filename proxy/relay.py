@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -40,8 +40,10 @@ async def relay_whole(upstream: Upstream, resp: aiohttp.ClientResponse,
 
 async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
                        extra_headers: Mapping[str, str] | None = None,
-                       preamble: bytes = b"") -> web.StreamResponse:
-    """Relay the upstream body chunk by chunk as it arrives; ``preamble`` is written first."""
+                       preamble: bytes = b"",
+                       on_chunk: Callable[[bytes], None] | None = None) -> web.StreamResponse:
+    """Relay the upstream body chunk by chunk as it arrives; ``preamble`` is written first and
+    ``on_chunk`` sees each chunk (after it was written)."""
     headers = response_headers(resp.headers)
     if extra_headers:
         headers.update(extra_headers)
@@ -62,6 +64,8 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
             break
         try:
             await out.write(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
         except ConnectionResetError:
             # The client went away: stop the upstream generating for nobody.
             resp.close()

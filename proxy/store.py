@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +56,7 @@ def _m003_conversations(db: sqlite_utils.Database) -> None:
         {"id": str, "conversation": str, "seq": int, "created_at": float, "kind": str,
          "text": str, "prefix_hash": str, "covered": int, "preserved": str, "summary": str,
          "summary_model": str, "summary_tokens": int, "tokens_before": int,
-         "tokens_after": int},
+         "tokens_after": int, "status": str},
         pk="id", not_null={"conversation", "seq", "kind", "prefix_hash", "covered", "summary"},
     )
     db.table("compactions").create_index(["conversation", "seq"], unique=True)
@@ -81,6 +82,9 @@ def hash_key(key: str) -> str:
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 5000")
+    # WAL with synchronous=NORMAL never corrupts; it may lose the last commits on power loss,
+    # which for usage figures and caches of summaries is the right trade for write latency.
+    conn.execute("PRAGMA synchronous = NORMAL")
     return conn
 
 
@@ -128,9 +132,18 @@ class Store:
         self.reader = _connect(path)
         self.reader.row_factory = sqlite3.Row
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        # The writer connection is shared by the writer thread and synchronous callers (the CLI,
+        # tests): one lock keeps their transactions from interleaving.
+        self.lock = threading.RLock()
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self.lock:
+            return fn(*args)
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        """Run ``fn(*args)`` on the writer thread, holding the writer lock."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._locked, fn, *args)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -154,7 +167,7 @@ class Store:
     def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
         row = {"id": "key_" + secrets.token_hex(6), "key_hash": hash_key(plaintext), "org": org,
                "user": user, "kind": kind, "created_at": time.time(), "revoked_at": None}
-        with self.db.conn:
+        with self.lock, self.db.conn:
             self.db.table("keys").insert(row)
             self._bump_keys_version()
         return _key_record(row)
@@ -163,7 +176,7 @@ class Store:
         return [_key_record(r) for r in self.db.table("keys").rows_where(order_by="created_at")]
 
     def revoke_key(self, key_id: str) -> bool:
-        with self.db.conn:
+        with self.lock, self.db.conn:
             cur = self.db.execute(
                 "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
                 [time.time(), key_id])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -106,3 +108,21 @@ class Upstream:
         if self.api_key and self.api_key.encode() in body:
             return body.replace(self.api_key.encode(), b"[redacted]")
         return body
+
+
+# The key of the request being served: lets a passthrough deployment (no key of its own) ask
+# the upstream's /v1/models with the caller's key.
+current_key: ContextVar[str | None] = ContextVar("current_upstream_key", default=None)
+
+
+async def fetch_models(upstream: Upstream) -> Any:
+    """The upstream's ``GET /v1/models`` JSON; raises on any failure (the caller caches that)."""
+    key = upstream.api_key or current_key.get()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    resp = await upstream.open("GET", "/models", headers)
+    try:
+        if resp.status != 200:
+            raise RuntimeError(f"upstream /v1/models answered {resp.status}")
+        return await resp.json(content_type=None)
+    finally:
+        resp.release()

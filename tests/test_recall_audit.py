@@ -1,0 +1,150 @@
+"""``context-proxy recall-audit``: a hand-computed tiny corpus, FTS5 escaping, and the shipped
+corpus run against the fake upstream's deterministic embeddings (directly and via the proxy)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.fakeupstream import embed
+from proxy.harness import Harness
+from proxy.recall_audit import (
+    Progress,
+    audit,
+    keyword_index,
+    keyword_ranking,
+    load_jsonl,
+    match_expression,
+    rrf,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS, QUERIES = ROOT / "examples" / "corpus.jsonl", ROOT / "examples" / "queries.jsonl"
+
+# Four documents on a 2-d "embedding" plane; each query word occurs in exactly one document.
+TINY_TEXTS = ["the red fox", "a blue whale", "green turtle", "zebra crossing"]
+TINY_VECS = [[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]]
+TINY_QUERIES = [("q0", "zebra"), ("q1", "turtle")]
+TINY_QVECS = [[1.0, 0.0], [0.6, 0.8]]
+
+
+def test_tiny_corpus_matches_the_hand_computed_figure() -> None:
+    # q0 "zebra", vector (1, 0). Exact cosine: d0 1.0, d1 0.8, d2 0.6, d3 0.0 -> [0, 1, 2, 3].
+    #   BM25 finds only d3. RRF (k=60): d3 = 1/61 + 1/64 = 0.0320, d0 = 1/61 = 0.0164,
+    #   d1 = 1/62, d2 = 1/63 -> fused [3, 0, 1, 2]. Top-2: {3, 0} vs {0, 1}: recall 1/2.
+    # q1 "turtle", vector (0.6, 0.8). Exact: d2 1.0, d1 0.96, d3 0.8, d0 0.6 -> [2, 1, 3, 0].
+    #   BM25 finds only d2: d2 = 2/61, d1 = 1/62, d3 = 1/63, d0 = 1/64 -> fused [2, 1, 3, 0].
+    #   Top-2 agree: recall 1. Overall recall@2 = (0.5 + 1) / 2 = 0.75.
+    results = audit(TINY_TEXTS, TINY_VECS, TINY_QUERIES, TINY_QVECS, k=2, depth=50)
+    assert [(r.fused, r.exact) for r in results] == [([3, 0], [0, 1]), ([2, 1], [2, 1])]
+    assert [r.recall for r in results] == [0.5, 1.0]
+    assert sum(r.recall for r in results) / len(results) == 0.75
+    # recall@3: q0 {3, 0, 1} vs {0, 1, 2} = 2/3; q1 {2, 1, 3} both.
+    results = audit(TINY_TEXTS, TINY_VECS, TINY_QUERIES, TINY_QVECS, k=3, depth=50)
+    assert [(r.hits, r.k) for r in results] == [(2, 3), (3, 3)]
+    # k above the corpus size is capped: every order holds the same 4 documents.
+    assert [r.recall for r in audit(TINY_TEXTS, TINY_VECS, TINY_QUERIES, TINY_QVECS, 10, 50)
+            ] == [1.0, 1.0]
+
+
+def test_rrf_sums_reciprocal_ranks_and_breaks_ties_by_position() -> None:
+    assert rrf([[2, 0], [0, 1]]) == [0, 2, 1]  # 0: 1/62 + 1/61
+    assert rrf([[1], [0]]) == [0, 1]  # equal scores: the earlier document
+    assert rrf([]) == []
+
+
+@pytest.mark.parametrize("query", [
+    'NEAR(zebra turtle)', '"zebra', 'text:zebra', 'zebra* AND -turtle', '^zebra',
+    'zebra OR', '(zebra', "zebra's crossing", 'zebra "" ""', "ZEBRA!!!",
+])
+def test_user_text_cannot_break_the_match_syntax(query: str) -> None:
+    conn = keyword_index(TINY_TEXTS)
+    assert 3 in keyword_ranking(conn, query, 10)
+
+
+def test_match_expression_quotes_words() -> None:
+    assert match_expression('say "hi" AND bye bye') == '"say" OR "hi" OR "and" OR "bye"'
+    assert match_expression("?!") is None
+    assert keyword_ranking(keyword_index(TINY_TEXTS), "?!", 10) == []
+
+
+def test_bm25_prefers_the_rarer_term() -> None:
+    texts = ["apple pie", "apple tart", "apple cake", "cherry pie"]
+    assert keyword_ranking(keyword_index(texts), "cherry apple", 10)[0] == 3
+
+
+def _direct(k: int = 8, depth: int = 50) -> list[float]:
+    docs, queries = load_jsonl(CORPUS, "text"), load_jsonl(QUERIES, "query")
+    return [r.recall for r in audit([t for _, t in docs], [embed(t) for _, t in docs], queries,
+                                    [embed(q) for _, q in queries], k, depth)]
+
+
+def test_shipped_corpus_against_the_fake_upstream(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
+                 "--k", "8", "--fake-upstream", "--json", "--batch-size", "16"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["documents"] == 60 and len(report["queries"]) == 10
+    expected = _direct()
+    assert [q["recall"] for q in report["queries"]] == expected
+    assert report["overall"] == pytest.approx(sum(expected) / len(expected))
+    assert 0 < report["overall"] < 1  # the fusion moves some documents: a figure worth reading
+
+    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
+                 "--fake-upstream"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("recall@8: fused order (BM25 + semantic, RRF k=60, depth 50)")
+    assert "q01 " in out and "\noverall " in out
+
+
+def test_embeddings_through_the_proxy(make_harness, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    h: Harness = make_harness()
+    key = h.create_key("acme")
+    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
+                 "--upstream-url", h.base_url, "--api-key", key, "--json"]) == 0
+    assert [q["recall"] for q in json.loads(capsys.readouterr().out)["queries"]] == _direct()
+    calls = [r for r in h.fake.requests if r.path == "/v1/embeddings"]
+    assert len(calls) == 2 and len(calls[0].json["input"]) == 64  # batched
+
+
+def test_bad_input_and_unreachable_upstream(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b", "txt": "no"}\n')
+    assert main(["recall-audit", "--corpus", str(bad), "--queries", str(QUERIES),
+                 "--fake-upstream"]) == 2
+    assert f"{bad}:2: expected an object with a string 'text'" in capsys.readouterr().err
+    assert main(["recall-audit", "--corpus", str(tmp_path / "none.jsonl"), "--queries",
+                 str(QUERIES), "--fake-upstream"]) == 2
+    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
+                 "--k", "0", "--fake-upstream"]) == 2
+    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
+                 "--upstream-url", "http://127.0.0.1:9/v1", "--api-key", "x"]) == 1
+    assert "embeddings request failed" in capsys.readouterr().err
+
+
+def test_progress_bar() -> None:
+    out = io.StringIO()
+    bar = Progress(1000, "embedding", out, enabled=True)
+    for _ in range(10):
+        bar.advance(100)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and lines[-1].endswith("1000/1000 100%")
+    assert lines[0] == "embedding [#########---------------------] 300/1000 30%"
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    bar = Progress(4, "embedding", tty, enabled=True)
+    for _ in range(4):
+        bar.advance(1)
+    assert tty.getvalue().count("\r") == 4 and tty.getvalue().endswith("4/4 100%\n")
+    quiet = io.StringIO()
+    Progress(10, "x", quiet, enabled=False).advance(10)
+    assert quiet.getvalue() == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,11 +12,15 @@ from aiohttp import web
 
 from proxy.auth import Authenticator
 from proxy.config import Settings
+from proxy.context import ContextManager
 from proxy.errors import ApiError
 from proxy.layers import PolicyService
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.records import Records
 from proxy.store import Store
-from proxy.upstream import Upstream
+from proxy.tokens import TokenCounter
+from proxy.upstream import Upstream, fetch_models
+from proxy.window import WindowResolver
 
 log = logging.getLogger("context_proxy")
 
@@ -28,6 +33,7 @@ class ProxyState:
     upstream: Upstream
     metrics: Metrics
     policies: PolicyService
+    context: ContextManager
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)
@@ -100,24 +106,51 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
                         settings.upstream_timeout_s)
     auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
-    app[STATE] = ProxyState(settings, store, auth, upstream, Metrics(),
-                            PolicyService(settings.platform))
+    metrics = Metrics()
+    context = ContextManager(
+        counter=TokenCounter(), records=Records(store), metrics=metrics,
+        windows=WindowResolver(lambda: fetch_models(upstream)),
+        upstream_url=settings.upstream_url)
+    app[STATE] = ProxyState(settings, store, auth, upstream, metrics,
+                            PolicyService(settings.platform), context)
+    background = [asyncio.create_task(_purge_spills(context.records))]
     yield
+    for task in background:
+        task.cancel()
+    await asyncio.gather(*background, return_exceptions=True)
     await upstream.close()
     store.close()
 
 
+async def _purge_spills(records: Records) -> None:
+    """Drop spills past their retention, hourly."""
+    while True:
+        try:
+            await records.purge_expired()
+        except Exception:
+            log.exception("purging expired spills failed")
+        await asyncio.sleep(3600)
+
+
 def create_app(settings: Settings) -> web.Application:
+    from proxy import conversations_api, rerank_route
+    from proxy.admin import add_admin_routes
     from proxy.chat import chat_completions
     from proxy.passthrough import relay_any
+    from proxy.policy_watch import policy_context
 
     app = web.Application(middlewares=[error_middleware],
                           client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app.cleanup_ctx.append(_resources)
+    app.cleanup_ctx.append(policy_context)  # after _resources: it needs the store
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")
     app.router.add_get("/metrics", metrics_view, name="metrics")
     app.router.add_post("/v1/chat/completions", chat_completions, name="chat")
+    conversations_api.add_routes(app)
+    rerank_route.add_routes(app)  # before the catch-all relay, which would otherwise take it
     app.router.add_route("*", "/v1/{tail:.*}", relay_any, name="relay")
+    if settings.admin_token:  # no token: the admin API does not exist (plain 404)
+        add_admin_routes(app)
     return app

@@ -1,4 +1,4 @@
-"""The ``context-proxy`` command line: serve, demo, keys."""
+"""The ``context-proxy`` command line: serve, demo, keys, policy."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("context_proxy").warning(
             "no upstream API key set (CONTEXT_PROXY_UPSTREAM_API_KEY or %s)",
             settings.platform.api_key_env)
+    from proxy import lazy
+
+    lazy.litellm()  # seconds of import now, rather than on the first summary call
     web.run_app(create_app(settings), host=settings.host, port=settings.port,
                 access_log=None, print=lambda s: print(s, file=sys.stderr))
     return 0
@@ -40,6 +43,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from proxy.demo import run_demo
 
     return run_demo(turns=args.turns)
+
+
+def cmd_recall_audit(args: argparse.Namespace) -> int:
+    from proxy.recall_audit import run_cli
+
+    return run_cli(args)
 
 
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -92,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
     d.add_argument("--turns", type=int, default=60)
     d.set_defaults(fn=cmd_demo)
+    from proxy.recall_audit import add_arguments as add_recall_audit_arguments
+
+    ra = sub.add_parser("recall-audit", help="recall@k of fused (BM25 + semantic) retrieval "
+                        "against exact search, before enabling rerank")
+    add_recall_audit_arguments(ra)
+    ra.set_defaults(fn=cmd_recall_audit)
     k = sub.add_parser("keys", help="manage proxy API keys").add_subparsers(dest="keys_cmd",
                                                                            required=True)
     kc = k.add_parser("create", help="issue a key (printed once)")
@@ -106,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     kr = k.add_parser("revoke", help="revoke a key by id")
     kr.add_argument("id")
     kr.set_defaults(fn=cmd_keys_revoke)
+    from proxy.policy_cli import add_policy_commands
+
+    add_policy_commands(sub)
     return p
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class PlatformConfig:
     locks: frozenset[str] = frozenset()
     bounds: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
     orgs: Mapping[str, OrgSpec] = field(default_factory=dict)
+    org_files: Mapping[str, str] = field(default_factory=dict)  # YAML org -> file declaring it
 
 
 def _mapping(value: Any, where: str, key: str) -> Mapping[str, Any]:
@@ -76,6 +77,12 @@ def _bounds(raw: Any, where: str) -> dict[str, tuple[float | None, float | None]
         for v, k in ((lo, "min"), (hi, "max")):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
                 raise ConfigError(f"{where}: 'bounds.{name}.{k}': expected a number, got {v!r}")
+        # A bound must itself be a valid value of its field, or clamping would create one.
+        try:
+            lo, hi = (None if v is None else fs.check(f"bounds.{name}.{k}", v)
+                      for v, k in ((lo, "min"), (hi, "max")))
+        except PolicyError as e:
+            raise ConfigError(f"{where}: '{e.key}': {e.message}") from None
         if lo is not None and hi is not None and lo > hi:
             raise ConfigError(f"{where}: 'bounds.{name}': min {lo} is above max {hi}")
         out[name] = (lo, hi)
@@ -130,13 +137,19 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
         raise ConfigError(f"{where}: 'upstream.base_url': expected an http(s) URL, got {url!r}")
     if not isinstance(key_env, str) or not key_env:
         raise ConfigError(f"{where}: 'upstream.api_key_env': expected a variable name")
+    flat_defaults, bounds = _layer(defaults, where, "defaults"), _bounds(doc.get("bounds"), where)
+    for name, (lo, hi) in bounds.items():  # the platform's own value must respect its bounds
+        value = flat_defaults.get(name, FIELDS[name].default)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f"{where}: 'defaults.{name}': {value!r} is outside its bounds "
+                              f"[{lo}, {hi}]")
     return PlatformConfig(
         upstream_url=url.rstrip("/"),
         api_key_env=key_env,
         auth_mode=mode,
-        defaults=_layer(defaults, where, "defaults"),
+        defaults=flat_defaults,
         locks=frozenset(locks),
-        bounds=_bounds(doc.get("bounds"), where),
+        bounds=bounds,
         orgs=_orgs(doc.get("orgs"), where),
     )
 
@@ -148,11 +161,48 @@ def load_platform(folder: Path | None) -> PlatformConfig:
     path = folder / "platform.yaml"
     if not path.exists():
         return PlatformConfig()
+    return parse_platform(_read_yaml(path), str(path))
+
+
+def _read_yaml(path: Path) -> Any:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    return parse_platform(doc, str(path))
+        # One line (it goes to the log): where the parser stopped and why.
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{at}: {why}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read: {e}") from None
+
+
+def load_policies(folder: Path | None) -> PlatformConfig:
+    """Load the whole policies folder: ``platform.yaml`` plus the top-level ``orgs:`` of every
+    other ``*.yaml`` file there (YAML-managed organizations), merged.
+
+    Raises ``ConfigError`` naming the file and key at fault; an organization declared in two files
+    is an error naming both. ``org_files`` of the result maps each YAML organization to its file.
+    """
+    cfg = load_platform(folder)
+    if folder is None or not folder.is_dir():
+        return cfg
+    platform_file = str(folder / "platform.yaml")
+    orgs, files = dict(cfg.orgs), dict.fromkeys(cfg.orgs, platform_file)
+    for path in sorted(folder.glob("*.yaml")):
+        if path.name == "platform.yaml":
+            continue
+        doc = _mapping(_read_yaml(path), str(path), "(top level)")
+        extra = set(doc) - {"orgs"}
+        if extra:
+            raise ConfigError(f"{path}: unknown key '{sorted(extra)[0]}' (only 'orgs' is allowed "
+                              "outside platform.yaml)")
+        for org, spec in _orgs(doc.get("orgs"), str(path)).items():
+            if org in orgs:
+                raise ConfigError(f"{path}: 'orgs.{org}': organization already declared in "
+                                  f"{files[org]}")
+            orgs[org], files[org] = spec, str(path)
+    return replace(cfg, orgs=orgs, org_files=files)
 
 
 def _env_bool(name: str, env: Mapping[str, str]) -> bool:
@@ -201,7 +251,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     folder_raw = env.get("CONTEXT_PROXY_POLICIES")
     folder = Path(folder_raw) if folder_raw else (Path("policies") if Path("policies").is_dir()
                                                   else None)
-    platform = overrides.pop("platform", None) or load_platform(folder)
+    platform = overrides.pop("platform", None) or load_policies(folder)
     mode = env.get("CONTEXT_PROXY_AUTH_MODE") or platform.auth_mode
     if mode not in AUTH_MODES:
         raise ConfigError(f"environment: CONTEXT_PROXY_AUTH_MODE: expected one of {AUTH_MODES}")

@@ -44,6 +44,52 @@ class Metrics:
             "context_proxy_overhead_seconds",
             "Time the proxy spent on a request before forwarding it upstream.", ["route"],
             buckets=_OVERHEAD_BUCKETS, registry=r)
+        # --- context management (SPEC sections 4–6) ---
+        self.tokens_received = Counter(
+            "context_proxy_tokens_received_total",
+            "Prompt tokens in chat requests as clients sent them (estimated).",
+            ["org", "model"], registry=r)
+        self.tokens_sent = Counter(
+            "context_proxy_tokens_sent_total",
+            "Prompt tokens in chat requests as forwarded upstream (estimated).",
+            ["org", "model"], registry=r)
+        self.masked_results = Counter(
+            "context_proxy_masked_tool_results_total", "Tool results replaced by a placeholder.",
+            ["org"], registry=r)
+        self.masked_tokens = Counter(
+            "context_proxy_masked_tokens_total", "Tokens freed by masking tool results.",
+            ["org"], registry=r)
+        self.compactions = Counter(
+            "context_proxy_compactions_total",
+            "Compaction outcomes: auto, manual, reused, failed, insufficient.", ["outcome"],
+            registry=r)
+        self.summary_duration = Histogram(
+            "context_proxy_summary_duration_seconds", "Duration of summary calls.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.summary_tokens = Counter(
+            "context_proxy_summary_tokens_total", "Tokens of the summaries written.",
+            registry=r)
+
+        # --- policies (SPEC section 7) ---
+        self.policy_reloads = Counter(
+            "context_proxy_policy_reloads_total",
+            "Policy folder changes applied without restart.", registry=r)
+        self.policy_reload_errors = Counter(
+            "context_proxy_policy_reload_errors_total",
+            "Policy folder changes rejected (the last good policy stayed in force).",
+            registry=r)
+
+        # --- retrieval rerank (SPEC section 8) ---
+        self.rerank = Counter(
+            "context_proxy_rerank_total",
+            "Rerank requests by outcome: applied, skipped, timeout, error, unparsable.",
+            ["outcome"], registry=r)
+        self.rerank_duration = Histogram(
+            "context_proxy_rerank_duration_seconds",
+            "Duration of rerank model calls (bounded by rerank.timeout_ms), by outcome.",
+            ["outcome"], buckets=_LATENCY_BUCKETS, registry=r)
+        for outcome in ("applied", "skipped", "timeout", "error", "unparsable"):
+            self.rerank.labels(outcome)  # every outcome exported from the start, at 0
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, f"{status // 100}xx").inc()

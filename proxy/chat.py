@@ -7,7 +7,6 @@ regardless of the trigger and retries once (the reactive safety net).
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from proxy.relay import is_event_stream, relay_stream, relay_whole
 from proxy.schema import check_chat_request, dumps, parse_json_object
 from proxy.upstream import current_key, request_headers
 
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
 _STATED_LIMIT = re.compile(r"maximum context length is ([0-9][0-9,]*) tokens", re.IGNORECASE)
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context length",
                      "too many tokens", "prompt is too long", "input is too long")
@@ -75,7 +75,7 @@ async def manage(state: ProxyState, principal: Principal, body: dict[str, Any],
     conversation = ctx.identify(principal, request.headers.get("X-Conversation-Id"),
                                 body["messages"])
     return await ctx.manage(principal, policy, body, conversation, force=force, kind=kind,
-                            retried=retried)
+                            retried=retried, size=request.content_length)
 
 
 def outgoing(raw: bytes, body: dict[str, Any], managed: Managed) -> bytes:
@@ -150,12 +150,12 @@ async def relay_answer(request: web.Request, state: ProxyState, principal: Princ
 
 
 def prompt_tokens_of(body: bytes) -> int:
-    try:
-        usage = json.loads(body).get("usage") or {}
-        value = usage.get("prompt_tokens")
-    except (ValueError, AttributeError):
-        return 0
-    return value if isinstance(value, int) else 0
+    """``usage.prompt_tokens`` of a chat completion body (0 when absent).
+
+    A pattern, not a JSON parse: the key occurs once in a completion, and this runs on every
+    answer."""
+    found = _PROMPT_TOKENS.search(body)
+    return int(found.group(1)) if found else 0
 
 
 class UsageScanner:

@@ -27,6 +27,7 @@ from proxy.stages.compact import CompactionResult, compact, summary_message
 from proxy.stages.pipeline import RewritePlan, plan_rewrite_sync
 from proxy.stages.summary import Summarizer, SummaryFailed
 from proxy.summarizer import make_summarizer
+from proxy.token_formula import approx_chars
 from proxy.tokens import TokenCounter, fingerprint
 from proxy.window import WindowResolver, compaction_window
 
@@ -91,6 +92,7 @@ class ContextManager:
         self.metrics = metrics
         self.upstream_url = upstream_url
         self._inflight: dict[tuple[str, str], asyncio.Future[CompactionRecord | None]] = {}
+        self._scaled: dict[tuple[int, float], tuple[Policy, Policy]] = {}
 
     # --- identity and policy --------------------------------------------------------------------
 
@@ -111,22 +113,33 @@ class ContextManager:
         if usage is None:
             return policy, 1.0
         ratio = min(max(usage.prompt_tokens / usage.estimate, _RATIO_BOUNDS[0]), _RATIO_BOUNDS[1])
-        if abs(ratio - 1.0) < 0.01:
+        ratio = round(ratio, 2)  # steps of 1%: finer is noise, and it keeps the memo small
+        if ratio == 1.0:
             return policy, 1.0
-        m, c = policy.masking, policy.compaction
-        return replace(
-            policy,
-            masking=replace(m, trigger_ratio=min(1.0, m.trigger_ratio / ratio)),
-            compaction=replace(c, trigger_ratio=min(1.0, c.trigger_ratio / ratio),
-                               keep_ratio=min(1.0, c.keep_ratio / ratio)),
-        ), ratio
+        memo = (id(policy), ratio)
+        hit = self._scaled.get(memo)
+        if hit is None or hit[0] is not policy:
+            m, c = policy.masking, policy.compaction
+            scaled = replace(
+                policy,
+                masking=replace(m, trigger_ratio=min(1.0, m.trigger_ratio / ratio)),
+                compaction=replace(c, trigger_ratio=min(1.0, c.trigger_ratio / ratio),
+                                   keep_ratio=min(1.0, c.keep_ratio / ratio)))
+            if len(self._scaled) > 4096:
+                self._scaled.clear()
+            hit = self._scaled[memo] = (policy, scaled)
+        return hit[1], ratio
 
     # --- the pipeline ---------------------------------------------------------------------------
 
     async def manage(self, principal: Principal, policy: Policy, body: Mapping[str, Any],
                      conversation: tuple[str, str], *, force: bool = False,
-                     kind: str = "auto", retried: str | None = None) -> Managed:
-        """Run the pipeline for one request; never raises for a failed summary (fail-open)."""
+                     kind: str = "auto", retried: str | None = None,
+                     size: int | None = None) -> Managed:
+        """Run the pipeline for one request; never raises for a failed summary (fail-open).
+
+        ``size`` (the request body's length, when known) decides cheaply whether the counting
+        goes to a worker thread."""
         public, key = conversation
         model: str = body["model"]
         messages: list[dict[str, Any]] = body["messages"]
@@ -135,7 +148,9 @@ class ContextManager:
         cpolicy, ratio = self._corrected(key, policy)
         record = self.records.latest(key)
         args = (messages, cpolicy, window, model, tools, force, record)
-        if self.counter.needs_offload(messages, model):
+        large = size > self.counter.offload_chars if size is not None else \
+            approx_chars(messages) > self.counter.offload_chars
+        if large or not self.counter.is_loaded(model):
             view, plan, before = await run_off_loop(self._plan, *args)
         else:
             view, plan, before = self._plan(*args)

@@ -231,3 +231,44 @@ def approx_chars(messages: Iterable[Message]) -> int:
             if isinstance(fn, Mapping):
                 n += len(str(fn.get("arguments") or ""))
     return n
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a JSON value (rare shapes: lists and objects)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _call_key(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict | Mapping) else None
+    if isinstance(fn, dict | Mapping) and isinstance(fn.get("arguments", ""), str):
+        return (fn.get("name"), fn.get("arguments"))
+    return _frozen(call)
+
+
+def _part_key(part: Any) -> Any:
+    if isinstance(part, dict | Mapping) and isinstance(part.get("text"), str) and len(part) == 2:
+        return (part.get("type"), part["text"])
+    return _frozen(part)
+
+
+def cache_key(message: Message) -> int:
+    """The token cache's key for ``message``: every field its count depends on, hashed.
+
+    Python's own (per-process randomized) string hashing over a frozenset of (field, value):
+    several times cheaper than a cryptographic digest, blind to the order of the message's keys,
+    and 64 bits, which makes a collision (a wrong count, never a wrong message) negligible for a
+    cache of this size. Stored prefix hashes use ``fingerprint`` instead.
+    """
+    items: list[tuple[str, Any]] = []
+    for key, value in message.items():
+        if key == "tool_call_id":
+            continue  # not rendered to the model: not part of the count
+        if isinstance(value, str) or value is None:
+            items.append((key, value))
+        elif key == "tool_calls" and isinstance(value, list):
+            items.append((key, tuple(_call_key(c) for c in value)))
+        elif key == "content" and isinstance(value, list):
+            items.append((key, tuple(_part_key(p) for p in value)))
+        else:
+            items.append((key, _frozen(value)))
+    return hash(frozenset(items))

@@ -2,7 +2,8 @@
 
 The formula and the model-to-encoding mapping are in ``proxy.token_formula`` (cookbook overhead,
 tool calls, tools schemas, images; unknown models count with cl100k_base). This module adds the
-bounded, thread-safe cache keyed by encoding and message fingerprint, so counting a new turn
+bounded, thread-safe cache keyed by encoding and ``cache_key`` (a hash of the fields a message's
+count depends on), so counting a new turn
 encodes only its new messages, and async entry points that count large inputs off the loop.
 """
 
@@ -30,6 +31,7 @@ from proxy.token_formula import (
     REPLY_PRIMING,
     TOOLS_PREAMBLE,
     approx_chars,
+    cache_key,
     configure_tiktoken_cache,
     count_text,
     encode_message,
@@ -64,7 +66,8 @@ class TokenCounter:
         self.cache_hits = 0
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, bytes], tuple[int, int]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, Any], tuple[int, int]] = OrderedDict()
+        self._last_tools: tuple[str, Any, int] | None = None
         self._encodings: dict[str, tiktoken.Encoding] = {}
         self._model_encoding: dict[str, str] = {}
 
@@ -127,11 +130,16 @@ class TokenCounter:
         """Tokens the request's ``tools`` schemas add to the prompt (0 when there are none)."""
         if not tools:
             return 0
+        name = self.encoding_name(model)
+        last = self._last_tools
+        if last is not None and last[0] == name and last[1] == tools:
+            return last[2]  # agents resend the same tools every turn: equality beats hashing
         doc = {"role": "tools", "content": [{"type": "tool", "schema": t} for t in tools]}
-        key = (self.encoding_name(model), fingerprint(doc))
+        key = (name, cache_key(doc))
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
+            self._last_tools = (name, tools, hit[0])
             return hit[0]
         enc = self.encoding(model)
         n = TOOLS_PREAMBLE
@@ -140,6 +148,7 @@ class TokenCounter:
             text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=str)
             n += PER_TOOL_SCHEMA + count_text(enc, text)
         self._store([(key, (n, n))], messages=False)
+        self._last_tools = (name, tools, n)
         return n
 
     def count_messages(
@@ -187,7 +196,7 @@ class TokenCounter:
 
     def _entries(self, messages: Sequence[Message], model: str) -> list[tuple[int, int]]:
         name = self.encoding_name(model)
-        keys = [(name, fingerprint(m)) for m in messages]
+        keys = [(name, cache_key(m)) for m in messages]
         out: list[tuple[int, int] | None] = [None] * len(keys)
         with self._lock:
             cache = self._cache
@@ -200,7 +209,7 @@ class TokenCounter:
         missing = [i for i, v in enumerate(out) if v is None]
         if missing:
             enc = self.encoding(model)
-            fresh: dict[tuple[str, bytes], tuple[int, int]] = {}
+            fresh: dict[tuple[str, Any], tuple[int, int]] = {}
             for i in missing:
                 value = fresh.get(keys[i])
                 if value is None:  # identical messages in one batch are encoded once
@@ -210,7 +219,7 @@ class TokenCounter:
         return [v for v in out if v is not None]
 
     def _store(
-        self, items: list[tuple[tuple[str, bytes], tuple[int, int]]], messages: bool = True
+        self, items: list[tuple[tuple[str, Any], tuple[int, int]]], messages: bool = True
     ) -> None:
         with self._lock:
             for key, value in items:

@@ -98,7 +98,7 @@ def test_manual_compaction_bad_body(make_harness, body: Any) -> None:
 
 
 def test_upstream_error_still_carries_context_headers(make_harness) -> None:
-    from proxy.fakeupstream import Fault, FakeUpstream
+    from proxy.fakeupstream import FakeUpstream, Fault
 
     h = make_harness(fake=FakeUpstream(faults=[Fault(status=500)]))
     client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)

@@ -16,7 +16,8 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,48 +124,47 @@ def _bump(conn: sqlite3.Connection) -> tuple[int, int]:
     return old, old + 1
 
 
+@contextmanager
+def _immediate(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection in a ``BEGIN IMMEDIATE`` transaction (read-modify-write with no other
+    writer in between), committed on success and rolled back on any error."""
+    conn = connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+
+
 def write_layer(path: Path, org: str, user: str | None, patch: Mapping[str, Any]) -> WriteResult:
     """Merge a validated ``patch`` into one layer atomically; a ``None`` value unsets the field.
 
     An emptied layer's row is deleted. The caller has already checked names, locks and values.
     """
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")  # read-modify-write: no other writer in between
-        try:
-            row = conn.execute("SELECT fields FROM policy_layers WHERE org = ? AND user = ?",
-                               [org, user or ""]).fetchone()
-            current = parse_fields(row[0], org, user or "") if row else {}
-            for key, value in patch.items():
-                if value is None:
-                    current.pop(key, None)
-                else:
-                    current[key] = value
-            _store_row(conn, org, user or "", current)
-            old, new = _bump(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
+    with _immediate(path) as conn:
+        row = conn.execute("SELECT fields FROM policy_layers WHERE org = ? AND user = ?",
+                           [org, user or ""]).fetchone()
+        current = parse_fields(row[0], org, user or "") if row else {}
+        for key, value in patch.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+        _store_row(conn, org, user or "", current)
+        old, new = _bump(conn)
     return WriteResult(current, old, new)
 
 
 def clear_layer(path: Path, org: str, user: str | None) -> WriteResult:
     """Delete one layer ("use the platform default"); clearing an absent layer is a no-op write."""
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("DELETE FROM policy_layers WHERE org = ? AND user = ?", [org, user or ""])
-            old, new = _bump(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
+    with _immediate(path) as conn:
+        conn.execute("DELETE FROM policy_layers WHERE org = ? AND user = ?", [org, user or ""])
+        old, new = _bump(conn)
     return WriteResult({}, old, new)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from proxy import lazy
 from proxy.auth import Authenticator
 from proxy.config import Settings
 from proxy.context import ContextManager
@@ -118,6 +119,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     for task in background:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
+    await lazy.shutdown()
     await upstream.close()
     store.close()
 

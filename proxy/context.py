@@ -83,6 +83,10 @@ class _View:
     record: CompactionRecord | None
 
 
+def _prefix_hash(messages: Sequence[Mapping[str, Any]], n: int) -> str:
+    return prefix_hash([fingerprint(m) for m in messages[:n]], n)
+
+
 class ContextManager:
     def __init__(self, *, counter: TokenCounter, windows: WindowResolver, records: Records,
                  metrics: Metrics, upstream_url: str) -> None:
@@ -226,8 +230,7 @@ class ContextManager:
         messages: list[dict[str, Any]] = body["messages"]
         covered = view.origin[cplan.cut] if cplan.cut < len(view.origin) else len(messages)
         preserved = tuple(view.origin[i] for i in cplan.preserved if view.origin[i] >= 0)
-        fps = [fingerprint(m) for m in messages[:covered]]
-        phash = prefix_hash(fps, covered)
+        phash = await run_off_loop(_prefix_hash, messages, covered)  # megabytes to hash
         flight = (managed.key, phash)
         if flight in self._inflight:
             return await self._follow(flight, managed)
@@ -295,8 +298,9 @@ class ContextManager:
     def _observe(self, principal: Principal, model: str, managed: Managed,
                  plan: RewritePlan) -> None:
         m = self.metrics
-        m.tokens_received.labels(principal.org, model).inc(managed.tokens_before)
-        m.tokens_sent.labels(principal.org, model).inc(managed.tokens_after)
+        label = m.model_label(model)
+        m.tokens_received.labels(principal.org, label).inc(managed.tokens_before)
+        m.tokens_sent.labels(principal.org, label).inc(managed.tokens_after)
         if plan.mask.masked:
             m.masked_results.labels(principal.org).inc(len(plan.mask.masked))
             m.masked_tokens.labels(principal.org).inc(plan.mask.tokens_freed)

@@ -29,3 +29,16 @@ def litellm() -> Any:
 
 def loaded() -> bool:
     return _litellm is not None
+
+
+async def shutdown() -> None:
+    """Stop litellm's background logging task on this loop, if litellm started one; left alone
+    it outlives the application as a pending task."""
+    if _litellm is None:
+        return
+    try:
+        from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
+
+        await GLOBAL_LOGGING_WORKER.stop()
+    except Exception:  # an internal of litellm's: its absence must not break shutdown
+        pass

@@ -21,6 +21,7 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
                      1)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+MAX_MODELS = 100
 
 # The _created series double every metric for no use to this proxy's operators.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -29,6 +30,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        self._models: set[str] = set()
         self.requests = Counter(
             "context_proxy_requests_total", "Requests answered, by route and status class.",
             ["route", "status_class"], registry=r)
@@ -90,6 +92,17 @@ class Metrics:
             ["outcome"], buckets=_LATENCY_BUCKETS, registry=r)
         for outcome in ("applied", "skipped", "timeout", "error", "unparsable"):
             self.rerank.labels(outcome)  # every outcome exported from the start, at 0
+
+    def model_label(self, model: str) -> str:
+        """``model`` as a label value: clients name models freely, so past ``MAX_MODELS``
+        distinct names the rest are counted as ``other`` (a series per name would be unbounded).
+        """
+        if model in self._models:
+            return model
+        if len(self._models) >= MAX_MODELS or len(model) > 128:
+            return "other"
+        self._models.add(model)
+        return model
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, f"{status // 100}xx").inc()

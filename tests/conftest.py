@@ -6,11 +6,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis  # noqa: F401  (see below)
 import openai
 import pytest
 
 from proxy.fakeupstream import FakeUpstream
 from proxy.harness import Harness
+
+# hypothesis is imported here, at collection, rather than by its plugin at the end of a session
+# that ran no property test: that late import parses source while litellm's worker threads may
+# still be running, and CPython 3.11's AST state is not thread-safe (SystemError).
 
 
 @pytest.fixture

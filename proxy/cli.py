@@ -96,6 +96,22 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_dividers(args: argparse.Namespace) -> int:
+    """The conversation's dividers, as ``GET /v1/conversations/{id}/dividers`` answers them."""
+    from proxy.conversation import conversation_key
+    from proxy.records import Records
+
+    records = Records(_store(args))
+    key = conversation_key(args.org, args.conversation)
+    if not records.exists(key):
+        print(f"error: organization {args.org!r} has no conversation {args.conversation!r}",
+              file=sys.stderr)
+        return 1
+    print(json.dumps({"object": "list", "conversation_id": args.conversation,
+                      "data": records.dividers(key)}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -126,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     kr = k.add_parser("revoke", help="revoke a key by id")
     kr.add_argument("id")
     kr.set_defaults(fn=cmd_keys_revoke)
+    dv = sub.add_parser("dividers", help="a conversation's dividers (compaction records)")
+    dv.add_argument("--org", required=True, help="the organization that owns it")
+    dv.add_argument("conversation", help="the conversation id (X-Conversation-Id or fp-…)")
+    dv.set_defaults(fn=cmd_dividers)
     from proxy.policy_cli import add_policy_commands
 
     add_policy_commands(sub)

@@ -355,3 +355,24 @@ def test_metrics_move_by_the_right_amount(make_harness) -> None:
     assert metric(h, "context_proxy_request_duration_seconds_count", route="chat") == 2
     assert metric(h, "context_proxy_upstream_duration_seconds_count", route="chat") == 2
     assert metric(h, "context_proxy_overhead_seconds_count", route="chat") == 2
+
+
+def test_dividers_cli_matches_the_api(make_harness) -> None:
+    import subprocess
+    import sys
+
+    h, _ = start(make_harness)
+    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0)
+    client.chat.completions.create(model=MODEL, messages=big_conversation(), tools=TOOLS,
+                                   extra_headers={"X-Conversation-Id": "cli"})
+    api = client.get("/conversations/cli/dividers", cast_to=object)
+    assert h.settings is not None
+    env = {"CONTEXT_PROXY_DB": str(h.settings.db_path), "PATH": ""}
+    out = subprocess.run([sys.executable, "-m", "proxy.cli", "dividers", "--org", "acme", "cli"],
+                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == api
+    other = subprocess.run([sys.executable, "-m", "proxy.cli", "dividers", "--org", "globex",
+                            "cli"], capture_output=True, text=True, env=env, timeout=60,
+                           check=False)
+    assert other.returncode == 1

@@ -165,7 +165,7 @@ class ContextManager:
         await self.records.ensure(principal.org, key)
         if plan.mask.masked:
             await self.records.add_spills(principal.org, key, plan.mask.masked,
-                                          policy.masking.spill_retention_days)
+                                          policy.masking.spill_retention)
         result = await self._maybe_compact(principal, cpolicy, body, view, plan, managed,
                                            window, force, kind)
         if isinstance(result, CompactionRecord):  # another request made it: apply it here

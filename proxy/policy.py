@@ -8,6 +8,7 @@ is loaded or written, so the request path only ever sees valid, frozen objects.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ class MaskingPolicy:
     trigger_ratio: float = 0.55
     keep_recent: int = 5
     exclude_tools: tuple[str, ...] = ()
-    spill_retention_days: int = 7
+    spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,20 @@ def _pos_float(key: str, v: Any) -> float:
     return float(v)
 
 
+_UNITS = {"d": 1.0, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400}
+
+
+def _retention(key: str, v: Any) -> float:
+    """A duration in days: a positive number of days, or a string such as "7d", "12h", "30m"."""
+    if isinstance(v, str) and len(v) > 1 and v[-1] in _UNITS:
+        with contextlib.suppress(ValueError):
+            v = float(v[:-1]) * _UNITS[v[-1]]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v == float("inf"):
+        raise PolicyError(key, f"expected a positive number of days or a duration such as "
+                          f"'12h', got {v!r}")
+    return float(v)
+
+
 def _opt_str(key: str, v: Any) -> str | None:
     if v is None or (isinstance(v, str) and v.strip()):
         return v
@@ -173,8 +188,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.trigger_ratio", _D.masking.trigger_ratio, _ratio, True),
         FieldSpec("masking.keep_recent", _D.masking.keep_recent, _int_min(0), True),
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
-        FieldSpec("masking.spill_retention_days", _D.masking.spill_retention_days,
-                  _int_min(1), True),
+        FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),
         FieldSpec("compaction.enabled", _D.compaction.enabled, _bool),
         FieldSpec("compaction.trigger_ratio", _D.compaction.trigger_ratio, _ratio, True),
         FieldSpec("compaction.keep_ratio", _D.compaction.keep_ratio, _ratio, True),

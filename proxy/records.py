@@ -142,7 +142,7 @@ class Records:
     # --- spills ---------------------------------------------------------------------------------
 
     async def add_spills(self, org: str, conversation: str, spills: list[Spill],
-                         retention_days: int) -> None:
+                         retention_days: float) -> None:
         """Store masked originals once each (content-addressed; repeats are skipped)."""
         fresh = [s for s in spills if (conversation, s.id) not in self._spilled]
         if not fresh:

@@ -116,3 +116,20 @@ def test_readme_documents_every_environment_variable() -> None:
 
     names = set(re.findall(r'"(CONTEXT_PROXY_[A-Z_]+)"', source))
     assert names and all(f"`{n}`" in readme for n in names)
+
+
+@pytest.mark.parametrize("value, days", [(7, 7.0), (0.5, 0.5), ("12h", 0.5), ("2d", 2.0),
+                                         ("90m", 90 / 1440)])
+def test_spill_retention_takes_days_or_a_duration(value: object, days: float) -> None:
+    from proxy.policy import validate_layer
+
+    assert validate_layer({"masking.spill_retention": value}) == \
+        {"masking.spill_retention": pytest.approx(days)}
+
+
+@pytest.mark.parametrize("value", [0, -1, "soon", "12x", True, "h"])
+def test_bad_spill_retention(value: object) -> None:
+    from proxy.policy import PolicyError, validate_layer
+
+    with pytest.raises(PolicyError, match=r"masking\.spill_retention"):
+        validate_layer({"masking.spill_retention": value})

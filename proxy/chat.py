@@ -44,15 +44,27 @@ def check_ordering(body: dict[str, Any]) -> None:
                           code="invalid_message_sequence")
 
 
+def require_manual(state: ProxyState) -> None:
+    """Refuse manual compaction (403) unless the deployment enables it."""
+    if not state.settings.manual_compaction:
+        raise ApiError(403, "Manual compaction is disabled on this deployment "
+                       "(CONTEXT_PROXY_MANUAL_COMPACTION).", code="manual_compaction_disabled")
+
+
+def require_assistant_turn(messages: list[dict[str, Any]]) -> None:
+    """The eligibility floor of manual compaction: at least one prior assistant turn (409)."""
+    if not any(m.get("role") == "assistant" for m in messages):
+        raise ApiError(409, "Nothing to compact yet: the conversation has no assistant turn.",
+                       code="nothing_to_compact")
+
+
 def wants_manual(request: web.Request, state: ProxyState) -> bool:
     value = request.headers.get("X-Context-Compact", "").strip().lower()
     if not value:
         return False
     if value != "now":
         raise bad_request("'X-Context-Compact' accepts only 'now'.", param="X-Context-Compact")
-    if not state.settings.manual_compaction:
-        raise ApiError(403, "Manual compaction is disabled on this deployment "
-                       "(CONTEXT_PROXY_MANUAL_COMPACTION).", code="manual_compaction_disabled")
+    require_manual(state)
     return True
 
 
@@ -94,9 +106,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     check_chat_request(body)
     check_ordering(body)
     manual = wants_manual(request, state)
-    if manual and not any(m.get("role") == "assistant" for m in body["messages"]):
-        raise ApiError(409, "Nothing to compact yet: the conversation has no assistant turn.",
-                       code="nothing_to_compact")
+    if manual:
+        require_assistant_turn(body["messages"])
     managed = await manage(state, principal, body, request, force=manual,
                            kind="manual" if manual else "auto")
     headers = request_headers(request.headers, principal.upstream_key, identity=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.app import STATE
-from proxy.chat import check_ordering, read_body
+from proxy.chat import check_ordering, read_body, require_assistant_turn, require_manual
 from proxy.conversation import conversation_key, valid_public_id
 from proxy.errors import ApiError, bad_request
 from proxy.schema import check_chat_request, parse_json_object
@@ -46,18 +46,14 @@ async def compact_now(request: web.Request) -> web.Response:
     """Manual compaction: the same policy, regardless of the trigger (SPEC section 6)."""
     state = request.app[STATE]
     principal = state.auth.authenticate(request)
-    if not state.settings.manual_compaction:
-        raise ApiError(403, "Manual compaction is disabled on this deployment "
-                       "(CONTEXT_PROXY_MANUAL_COMPACTION).", code="manual_compaction_disabled")
+    require_manual(state)
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
         raise bad_request("The conversation id must be 1–256 printable characters.")
     body = parse_json_object(await read_body(request, state.settings.max_body_bytes))
     check_chat_request(body)
     check_ordering(body)
-    if not any(m.get("role") == "assistant" for m in body["messages"]):
-        raise ApiError(409, "Nothing to compact yet: the conversation has no assistant turn.",
-                       code="nothing_to_compact")
+    require_assistant_turn(body["messages"])
     key = conversation_key(principal.org, public)
     if not state.context.records.exists(key):
         raise ApiError(404, "No such conversation.", code="conversation_not_found")

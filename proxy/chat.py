@@ -21,7 +21,7 @@ from proxy.errors import ApiError, bad_request
 from proxy.ordering import ordering_problems
 from proxy.relay import is_event_stream, relay_stream, relay_whole
 from proxy.schema import check_chat_request, dumps, parse_json_object
-from proxy.upstream import current_key, request_headers
+from proxy.upstream import current_key, request_headers, response_headers
 
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
 _STATED_LIMIT = re.compile(r"maximum context length is ([0-9][0-9,]*) tokens", re.IGNORECASE)
@@ -136,8 +136,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 def relay_error(state: ProxyState, resp: aiohttp.ClientResponse, body: bytes,
                 managed: Managed) -> web.Response:
-    from proxy.upstream import response_headers
-
     headers = response_headers(resp.headers)
     headers.update(managed.response_headers())
     return web.Response(status=resp.status, body=state.upstream.scrub(body), headers=headers)

@@ -27,7 +27,6 @@ from proxy.stages.compact import CompactionResult, compact, summary_message
 from proxy.stages.pipeline import RewritePlan, plan_rewrite_sync
 from proxy.stages.summary import Summarizer, SummaryFailed
 from proxy.summarizer import make_summarizer
-from proxy.token_formula import approx_chars
 from proxy.tokens import TokenCounter, fingerprint
 from proxy.window import WindowResolver, compaction_window
 
@@ -152,9 +151,7 @@ class ContextManager:
         cpolicy, ratio = self._corrected(key, policy)
         record = self.records.latest(key)
         args = (messages, cpolicy, window, model, tools, force, record)
-        large = size > self.counter.offload_chars if size is not None else \
-            approx_chars(messages) > self.counter.offload_chars
-        if large or not self.counter.is_loaded(model):
+        if self.counter.needs_offload(messages, model, size):
             view, plan, before = await run_off_loop(self._plan, *args)
         else:
             view, plan, before = self._plan(*args)

@@ -161,13 +161,17 @@ class TokenCounter:
         """What a request costs beyond its messages: reply priming plus the tools schemas."""
         return REPLY_PRIMING + self.tools_tokens(tools, model)
 
-    def needs_offload(self, messages: Sequence[Message], model: str) -> bool:
+    def needs_offload(self, messages: Sequence[Message], model: str,
+                      size: int | None = None) -> bool:
         """Whether counting ``messages`` could block for long: encoding not loaded or big input.
 
         Judged by size alone (cheap), so a large but cached transcript also goes to a thread;
-        hashing megabytes is itself worth keeping off the loop.
+        hashing megabytes is itself worth keeping off the loop. ``size`` (e.g. the request
+        body's length, when known) spares measuring the messages.
         """
-        return not self.is_loaded(model) or approx_chars(messages) > self.offload_chars
+        if not self.is_loaded(model):
+            return True
+        return (size if size is not None else approx_chars(messages)) > self.offload_chars
 
     async def count_messages_async(
         self, messages: Sequence[Message], model: str, tools: Sequence[Any] | None = None

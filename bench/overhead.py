@@ -1,7 +1,8 @@
 """Added latency of context-proxy, a bare aiohttp relay and LiteLLM's proxy over the fake upstream.
 
 Every server runs in its own process on a loopback port: the fake upstream
-(``proxy.fakeupstream.FakeUpstream``, ``record=False``), the bare relay (``bench/bare_relay.py``),
+(``proxy.testing.fake_upstream.FakeUpstream``, ``record=False``), the bare relay
+(``bench/bare_relay.py``),
 context-proxy (``python -m proxy.cli serve``) and LiteLLM's proxy (``litellm --num_workers 1``,
 config pointing at the fake). The load generator is one aiohttp ``ClientSession`` in this process.
 
@@ -195,7 +196,7 @@ def request_body(stream: bool) -> bytes:
 
 def count_tokens() -> int | None:
     try:
-        from proxy.tokens import TokenCounter
+        from proxy.context.tokens import TokenCounter
 
         return int(TokenCounter().count_messages(build_messages(), MODEL, TOOLS))
     except Exception:
@@ -206,11 +207,11 @@ def count_tokens() -> int | None:
 
 def serve_fake(chunk_delay_ms: float) -> None:
     """Child process: run the fake upstream on an OS-chosen port; print its base URL."""
-    from proxy import fakeupstream
+    from proxy.testing import fake_upstream as fakeupstream
 
     try:
         fakeupstream.approx_tokens(build_messages())
-    except Exception as e:  # proxy.tokens being edited: a fixed-cost stand-in, same for all
+    except Exception as e:  # proxy.context.tokens being edited: a fixed-cost stand-in, same for all
         print(f"fake: token counting unavailable ({type(e).__name__}: {e}); using len/4",
               file=sys.stderr)
         fakeupstream.approx_tokens = lambda messages: len(json.dumps(messages)) // 4
@@ -746,7 +747,7 @@ async def run(args: argparse.Namespace) -> int:
         f"{platform.python_version()}, aiohttp {aiohttp.__version__}"
         f"{', quick' if args.quick else ''}")
     say(f"request: 50 messages + 4 tool schemas, {len(bodies[False]):,} bytes, "
-        f"{tokens if tokens is not None else '?'} tokens (o200k_base, proxy.tokens); "
+        f"{tokens if tokens is not None else '?'} tokens (o200k_base, proxy.context.tokens); "
         f"the fake streams 4 content chunks + finish + usage + [DONE], "
         f"{args.chunk_delay_ms:g} ms apart")
     t_start = time.perf_counter()

@@ -86,8 +86,8 @@ class _Req:
 async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, float, float]:
     """(median ns per auth + resolve, median ns per resolve alone, ms per full reload)."""
     from proxy.auth import Authenticator
-    from proxy.config import PlatformConfig
-    from proxy.layers import PolicyService
+    from proxy.policy.platform import PlatformConfig
+    from proxy.policy.service import PolicyService
 
     store = Store(db)
     try:
@@ -110,7 +110,7 @@ async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, flo
             t2 = time.perf_counter_ns()
             both.append((t1 - t0) / len(reqs))
             alone.append((t2 - t1) / len(reqs))
-        from proxy.policy_db import load_snapshot
+        from proxy.policy.rows import load_snapshot
 
         t0 = time.perf_counter()
         policies._apply(await asyncio.to_thread(load_snapshot, store.path))

@@ -23,9 +23,9 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
-from proxy.policy import Policy
-from proxy.stages import plan_rewrite, plan_rewrite_sync
-from proxy.tokens import TokenCounter
+from proxy.context.stages import plan_rewrite, plan_rewrite_sync
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import Policy
 
 MODEL = "gpt-4o"
 WINDOW_200K = 200_000

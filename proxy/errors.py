@@ -64,5 +64,9 @@ class ApiError(Exception):
         )
 
 
+class ConfigError(ValueError):
+    """A configuration file or variable is invalid; the message names the file and the key."""
+
+
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)

@@ -10,8 +10,8 @@ import hypothesis  # noqa: F401  (see below)
 import openai
 import pytest
 
-from proxy.fakeupstream import FakeUpstream
-from proxy.harness import Harness
+from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.harness import Harness
 
 # hypothesis is imported here, at collection, rather than by its plugin at the end of a session
 # that ran no property test: that late import parses source while litellm's worker threads may

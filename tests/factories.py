@@ -7,7 +7,7 @@ import json
 import random
 from typing import Any
 
-from proxy.stages.common import format_summary
+from proxy.context.stages.messages import format_summary
 
 Message = dict[str, Any]
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.harness import Harness
-from proxy.policy import FIELDS
+from proxy.policy.model import FIELDS
 from proxy.store import hash_key
+from proxy.testing.harness import Harness
 
 TOKEN = "admin-secret-token-0123"
 TRIGGER = "compaction.trigger_ratio"
@@ -243,7 +243,7 @@ def test_list_orgs_and_no_secret_in_any_admin_response(make_harness, tmp_path: P
 
 
 def test_admin_view_sees_cli_style_writes_at_once(make_harness, tmp_path: Path) -> None:
-    from proxy.policy_db import write_layer
+    from proxy.policy.rows import write_layer
 
     admin = start(make_harness, tmp_path)
     admin.view("acme")

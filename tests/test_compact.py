@@ -25,19 +25,21 @@ from factories import (
     words,
 )
 
-from proxy.ordering import ordering_problems
-from proxy.policy import CompactionPolicy, Policy, ProtectedRule
-from proxy.stages import (
+from proxy.context.stages import (
     SummaryFailed,
     apply_summary,
     compact,
-    pipeline,
     plan_compaction,
     plan_rewrite_sync,
 )
-from proxy.stages.common import SUMMARY_OPEN, is_summary
-from proxy.stages.summary import SUMMARY_SECTIONS
-from proxy.tokens import TokenCounter
+from proxy.context.stages import (
+    plan as pipeline,
+)
+from proxy.context.stages.messages import SUMMARY_OPEN, is_summary
+from proxy.context.stages.ordering import ordering_problems
+from proxy.context.stages.summary import SUMMARY_SECTIONS
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import CompactionPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"
 Msgs = list[dict[str, Any]]

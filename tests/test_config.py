@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.config import ConfigError, PlatformConfig, load_platform, load_settings, parse_platform
-from proxy.policy import FIELDS, build_policy
+from proxy.errors import ConfigError
+from proxy.policy.model import FIELDS, build_policy
+from proxy.policy.platform import PlatformConfig, load_platform, parse_platform
+from proxy.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +113,7 @@ def test_readme_documents_every_policy_field() -> None:
 
 def test_readme_documents_every_environment_variable() -> None:
     readme = (ROOT / "README.md").read_text()
-    source = (ROOT / "proxy" / "config.py").read_text()
+    source = "\n".join(p.read_text() for p in (ROOT / "proxy").rglob("*.py"))
     import re
 
     names = set(re.findall(r'"(CONTEXT_PROXY_[A-Z_]+)"', source))
@@ -121,7 +123,7 @@ def test_readme_documents_every_environment_variable() -> None:
 @pytest.mark.parametrize("value, days", [(7, 7.0), (0.5, 0.5), ("12h", 0.5), ("2d", 2.0),
                                          ("90m", 90 / 1440)])
 def test_spill_retention_takes_days_or_a_duration(value: object, days: float) -> None:
-    from proxy.policy import validate_layer
+    from proxy.policy.model import validate_layer
 
     assert validate_layer({"masking.spill_retention": value}) == \
         {"masking.spill_retention": pytest.approx(days)}
@@ -129,7 +131,7 @@ def test_spill_retention_takes_days_or_a_duration(value: object, days: float) ->
 
 @pytest.mark.parametrize("value", [0, -1, "soon", "12x", True, "h"])
 def test_bad_spill_retention(value: object) -> None:
-    from proxy.policy import PolicyError, validate_layer
+    from proxy.policy.model import PolicyError, validate_layer
 
     with pytest.raises(PolicyError, match=r"masking\.spill_retention"):
         validate_layer({"masking.spill_retention": value})

@@ -15,13 +15,13 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.demo import BURIED_FACT, MEMORY, SYSTEM, TASK, TOOLS, agent_turn, opening_messages
-from proxy.fakeupstream import FakeUpstream, Fault, is_summary_request
-from proxy.harness import Harness
-from proxy.ordering import ordering_problems
-from proxy.stages.common import is_summary
-from proxy.stages.mask import spill_id as spill_id_of
-from proxy.tokens import TokenCounter
+from proxy.cli.demo import BURIED_FACT, MEMORY, SYSTEM, TASK, TOOLS, agent_turn, opening_messages
+from proxy.context.stages.mask import spill_id as spill_id_of
+from proxy.context.stages.messages import is_summary
+from proxy.context.stages.ordering import ordering_problems
+from proxy.context.tokens import TokenCounter
+from proxy.testing.fake_upstream import FakeUpstream, Fault, is_summary_request
+from proxy.testing.harness import Harness
 
 MODEL = "agent-32k"
 WINDOW = 32_768

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from factories import system, tool_turn, user
 
-from proxy.chat import UsageScanner, stated_window
-from proxy.conversation import conversation_key, fingerprint_id, prefix_hash, valid_public_id
-from proxy.tokens import fingerprint
+from proxy.context.identity import conversation_key, fingerprint_id, prefix_hash, valid_public_id
+from proxy.context.tokens import fingerprint
+from proxy.http.chat import UsageScanner, stated_window
 
 
 def test_keys_are_namespaced_by_organization() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.harness import Harness
+from proxy.testing.harness import Harness
 
 
 def call(h: Harness, key: str, method: str, path: str, body: Any = None,
@@ -98,7 +98,7 @@ def test_manual_compaction_bad_body(make_harness, body: Any) -> None:
 
 
 def test_upstream_error_still_carries_context_headers(make_harness) -> None:
-    from proxy.fakeupstream import FakeUpstream, Fault
+    from proxy.testing.fake_upstream import FakeUpstream, Fault
 
     h = make_harness(fake=FakeUpstream(faults=[Fault(status=500)]))
     client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)

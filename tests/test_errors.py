@@ -11,8 +11,8 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.fakeupstream import FakeUpstream, Fault
-from proxy.harness import Harness
+from proxy.testing.fake_upstream import FakeUpstream, Fault
+from proxy.testing.harness import Harness
 
 
 def post(h: Harness, key: str | None, body: bytes, path: str = "/chat/completions"

@@ -14,9 +14,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from proxy.fakeupstream import FakeUpstream, Fault
-from proxy.harness import Harness
 from proxy.store import Store, hash_key
+from proxy.testing.fake_upstream import FakeUpstream, Fault
+from proxy.testing.harness import Harness
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -10,19 +10,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.config import ConfigError, PlatformConfig, load_policies, parse_platform
-from proxy.layers import (
+from proxy.errors import ConfigError
+from proxy.policy.layers import (
     EMPTY,
     LayerWriteError,
-    PolicyService,
     check_clear,
     check_write,
     effective_policy,
     field_states,
     view_json,
 )
-from proxy.policy import FIELDS, ProtectedRule
-from proxy.policy_db import load_snapshot, write_layer
+from proxy.policy.model import FIELDS, ProtectedRule
+from proxy.policy.platform import PlatformConfig, load_policies, parse_platform
+from proxy.policy.rows import load_snapshot, write_layer
+from proxy.policy.service import PolicyService
 from proxy.store import Store
 
 TRIGGER = "compaction.trigger_ratio"
@@ -278,7 +279,7 @@ def test_list_orgs_merges_sources(store: Store) -> None:
     store.create_key("delta")
     store.create_key("gamma")
     svc = PolicyService(platform("orgs: {acme: {users: {alice: {policy: {}}}}}"), store)
-    from proxy.policy_db import key_counts
+    from proxy.policy.rows import key_counts
 
     orgs = {o["org"]: o for o in svc.list_orgs(key_counts(store.reader))}
     assert list(orgs) == ["acme", "beta", "delta", "gamma"]

@@ -20,10 +20,10 @@ from factories import (
     words,
 )
 
-from proxy.ordering import ordering_problems
-from proxy.policy import MaskingPolicy, Policy, ProtectedRule
-from proxy.stages.mask import is_placeholder, mask_tool_outputs, placeholder
-from proxy.tokens import TokenCounter
+from proxy.context.stages.mask import is_placeholder, mask_tool_outputs, placeholder
+from proxy.context.stages.ordering import ordering_problems
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import MaskingPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"
 WINDOW = 6_000

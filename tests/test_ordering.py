@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from factories import assistant, developer, parallel_turn, system, tool_call, tool_result, user
 
-from proxy.ordering import OrderingError, check_ordering, ordering_problems
+from proxy.context.stages.ordering import OrderingError, check_ordering, ordering_problems
 
 
 def test_valid_conversation() -> None:

@@ -11,11 +11,11 @@ import openai
 import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from proxy.harness import Harness
+from proxy.testing.harness import Harness
 
 
 def test_models_and_embeddings_through_the_sdk(make_harness) -> None:
-    from proxy.fakeupstream import FakeUpstream
+    from proxy.testing.fake_upstream import FakeUpstream
 
     h = make_harness(fake=FakeUpstream(models={"my-llama": 32768}))
     c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)

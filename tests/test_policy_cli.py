@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy.harness import Harness
+from proxy.testing.harness import Harness
 
 TRIGGER = "compaction.trigger_ratio"
 

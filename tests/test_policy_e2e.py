@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.fakeupstream import FakeUpstream
-from proxy.harness import Harness
-from proxy.tokens import TokenCounter
+from proxy.context.tokens import TokenCounter
+from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.harness import Harness
 
 MODEL = "policy-e2e"
 WINDOW = 10_000

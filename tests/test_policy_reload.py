@@ -12,7 +12,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.harness import Harness
+from proxy.testing.harness import Harness
 
 MODEL = "reload-model"
 
@@ -99,8 +99,8 @@ def test_yaml_change_applies_within_two_seconds_and_broken_file_is_rejected(
 
 
 def test_half_written_file_is_not_loaded(tmp_path: Path) -> None:
-    from proxy.config import load_policies
-    from proxy.policy_watch import FolderWatcher
+    from proxy.policy.platform import load_policies
+    from proxy.policy.watch import FolderWatcher
 
     (tmp_path / "platform.yaml").write_text(platform(32_000))
     w = FolderWatcher(tmp_path, load_policies(tmp_path))
@@ -115,7 +115,7 @@ def test_half_written_file_is_not_loaded(tmp_path: Path) -> None:
 
 def test_write_by_another_connection_reaches_running_server(
         make_harness: Callable[..., Harness]) -> None:
-    from proxy.policy_db import write_layer
+    from proxy.policy.rows import write_layer
 
     h = make_harness(env={})
     assert h.state.policies.resolve("acme").compaction.trigger_ratio == 0.8

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.fakeupstream import embed
-from proxy.harness import Harness
-from proxy.recall_audit import (
+from proxy.rerank.audit import (
     Progress,
     audit,
     keyword_index,
@@ -21,6 +19,8 @@ from proxy.recall_audit import (
     match_expression,
     rrf,
 )
+from proxy.testing.fake_upstream import embed
+from proxy.testing.harness import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS, QUERIES = ROOT / "examples" / "corpus.jsonl", ROOT / "examples" / "queries.jsonl"

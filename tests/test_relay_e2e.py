@@ -7,7 +7,7 @@ import urllib.request
 
 import openai
 
-from proxy.harness import Harness
+from proxy.testing.harness import Harness
 
 MESSAGES = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Say hello."}]
@@ -50,7 +50,7 @@ TOOLS = [{"type": "function", "function": {
 
 
 def test_tool_call_round_trip(make_harness) -> None:
-    from proxy.fakeupstream import FakeUpstream
+    from proxy.testing.fake_upstream import FakeUpstream
 
     def responder(body):
         if body["messages"][-1]["role"] == "tool":

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.policy import RerankPolicy
-from proxy.rerank import (
+from proxy.policy.model import RerankPolicy
+from proxy.rerank.order import (
     SYSTEM_PROMPT,
     Unparsable,
     build_messages,

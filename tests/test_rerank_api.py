@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.fakeupstream import FakeUpstream, Fault
-from proxy.harness import Harness
-from proxy.rerank import SYSTEM_PROMPT
+from proxy.rerank.order import SYSTEM_PROMPT
+from proxy.testing.fake_upstream import FakeUpstream, Fault
+from proxy.testing.harness import Harness
 
 DOCS = [f"passage number {i} about topic {i % 3}" for i in range(8)]
 KEEP, CANDIDATES, TIMEOUT_MS = 3, 5, 400

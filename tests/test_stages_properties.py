@@ -27,10 +27,9 @@ from factories import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.ordering import ordering_problems
-from proxy.policy import CompactionPolicy, MaskingPolicy, Policy, ProtectedRule
-from proxy.stages import apply_summary, compact, mask_tool_outputs
-from proxy.stages.common import (
+from proxy.context.stages import apply_summary, compact, mask_tool_outputs
+from proxy.context.stages.mask import is_placeholder
+from proxy.context.stages.messages import (
     called_tools,
     is_protected,
     is_result,
@@ -40,8 +39,9 @@ from proxy.stages.common import (
     summary_body,
     tool_names_by_call_id,
 )
-from proxy.stages.mask import is_placeholder
-from proxy.tokens import TokenCounter
+from proxy.context.stages.ordering import ordering_problems
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"
 COUNTER = TokenCounter()  # shared, as in the server: the cache must not leak between examples

@@ -7,7 +7,7 @@ import time
 
 import openai
 
-from proxy.fakeupstream import FakeUpstream
+from proxy.testing.fake_upstream import FakeUpstream
 
 
 def test_first_chunk_arrives_before_upstream_finishes(make_harness) -> None:

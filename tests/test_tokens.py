@@ -16,9 +16,9 @@ import pytest
 import tiktoken
 from factories import assistant, parallel_turn, system, tool_call, tool_turn, user, words
 
-from proxy import tokens
-from proxy.offload import OFFLOAD_SWITCH_INTERVAL, run_off_loop
-from proxy.tokens import TokenCounter, encoding_name_for
+from proxy.context import tokens
+from proxy.context.offload import OFFLOAD_SWITCH_INTERVAL, run_off_loop
+from proxy.context.tokens import TokenCounter, encoding_name_for
 
 MIXED_CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 40,
@@ -78,7 +78,7 @@ def test_user_cache_dir_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_importing_tokens_does_not_import_litellm() -> None:
-    code = "import sys, proxy.tokens; print('litellm' in sys.modules)"
+    code = "import sys, proxy.context.tokens; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

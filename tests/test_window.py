@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import Policy
-from proxy.window import WindowResolver, compaction_window, litellm_window, parse_models
+from proxy.context.window import WindowResolver, compaction_window, litellm_window, parse_models
+from proxy.policy.model import Policy
 
 POLICY = Policy(models={"my-llama": 32_768})
 

@@ -1,0 +1,166 @@
+"""The ``context-proxy`` command line: serve, demo, keys, policy."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from proxy.errors import ConfigError
+from proxy.settings import Settings, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        overrides["port"] = args.port
+    return load_settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from proxy.app import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if settings.auth_mode == "proxy_keys" and not settings.upstream_api_key:
+        logging.getLogger("context_proxy").warning(
+            "no upstream API key set (CONTEXT_PROXY_UPSTREAM_API_KEY or %s)",
+            settings.platform.api_key_env)
+    from proxy.upstream import lazy
+
+    lazy.litellm()  # seconds of import now, rather than on the first summary call
+    # litellm leaves a few hundred thousand long-lived objects: move them out of the collector's
+    # reach, or every full collection pauses the server for a tenth of a second or more.
+    gc.collect()
+    gc.freeze()
+    web.run_app(create_app(settings), host=settings.host, port=settings.port,
+                access_log=None, print=lambda s: print(s, file=sys.stderr))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from proxy.cli.demo import run_demo
+
+    return run_demo(turns=args.turns)
+
+
+def cmd_recall_audit(args: argparse.Namespace) -> int:
+    from proxy.rerank.audit import run_cli
+
+    return run_cli(args)
+
+
+def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from proxy.store import Store
+
+    return Store(load_settings().db_path)
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    store = _store(args)
+    rec, plaintext = store.create_key(args.org, args.user)
+    print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "key": plaintext}))
+    print("Store this key now: it is shown only once.", file=sys.stderr)
+    return 0
+
+
+def cmd_keys_bind(args: argparse.Namespace) -> int:
+    store = _store(args)
+    plaintext = sys.stdin.readline().strip()
+    if not plaintext:
+        print("error: give the client's key on standard input", file=sys.stderr)
+        return 2
+    rec = store.bind_key(plaintext, args.org, args.user)
+    print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind}))
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    for rec in _store(args).list_keys():
+        print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
+                          "created_at": rec.created_at, "revoked": rec.revoked_at is not None}))
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    if _store(args).revoke_key(args.id):
+        print(f"revoked {args.id}")
+        return 0
+    print(f"error: no active key with id {args.id}", file=sys.stderr)
+    return 1
+
+
+def cmd_dividers(args: argparse.Namespace) -> int:
+    """The conversation's dividers, as ``GET /v1/conversations/{id}/dividers`` answers them."""
+    from proxy.context.identity import conversation_key
+    from proxy.context.records import Records
+
+    records = Records(_store(args))
+    key = conversation_key(args.org, args.conversation)
+    if not records.exists(key):
+        print(f"error: organization {args.org!r} has no conversation {args.conversation!r}",
+              file=sys.stderr)
+        return 1
+    print(json.dumps({"object": "list", "conversation_id": args.conversation,
+                      "data": records.dividers(key)}, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the proxy")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(fn=cmd_serve)
+    d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
+    d.add_argument("--turns", type=int, default=60)
+    d.set_defaults(fn=cmd_demo)
+    from proxy.rerank.audit import add_arguments as add_recall_audit_arguments
+
+    ra = sub.add_parser("recall-audit", help="recall@k of fused (BM25 + semantic) retrieval "
+                        "against exact search, before enabling rerank")
+    add_recall_audit_arguments(ra)
+    ra.set_defaults(fn=cmd_recall_audit)
+    k = sub.add_parser("keys", help="manage proxy API keys").add_subparsers(dest="keys_cmd",
+                                                                           required=True)
+    kc = k.add_parser("create", help="issue a key (printed once)")
+    kc.add_argument("--org", required=True)
+    kc.add_argument("--user")
+    kc.set_defaults(fn=cmd_keys_create)
+    kb = k.add_parser("bind", help="bind a passthrough client key (read from stdin) to an org")
+    kb.add_argument("--org", required=True)
+    kb.add_argument("--user")
+    kb.set_defaults(fn=cmd_keys_bind)
+    k.add_parser("list", help="list keys (no secrets)").set_defaults(fn=cmd_keys_list)
+    kr = k.add_parser("revoke", help="revoke a key by id")
+    kr.add_argument("id")
+    kr.set_defaults(fn=cmd_keys_revoke)
+    dv = sub.add_parser("dividers", help="a conversation's dividers (compaction records)")
+    dv.add_argument("--org", required=True, help="the organization that owns it")
+    dv.add_argument("conversation", help="the conversation id (X-Conversation-Id or fp-…)")
+    dv.set_defaults(fn=cmd_dividers)
+    from proxy.cli.policy import add_policy_commands
+
+    add_policy_commands(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

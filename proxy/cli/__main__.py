@@ -1,0 +1,5 @@
+"""``python -m proxy.cli``."""
+
+from proxy.cli import main
+
+raise SystemExit(main())

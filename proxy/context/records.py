@@ -1,0 +1,209 @@
+"""Per-conversation records: compactions (each one a divider), spills and upstream usage.
+
+Reads for the request path are served from memory where they repeat every turn (the latest
+compaction, the usage correction); every write runs on the store's writer thread.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from proxy.context.stages.mask import Spill
+from proxy.store import Store
+
+DIVIDER_TEXT = {"auto": "Earlier messages were summarized to free up context",
+                "manual": "Context summarized on request"}
+_CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """A stored compaction of a conversation's first ``covered`` messages (client indices)."""
+
+    id: str
+    conversation: str
+    seq: int
+    created_at: float
+    kind: str  # auto | manual
+    prefix_hash: str
+    covered: int
+    preserved: tuple[int, ...]
+    summary: str
+    summary_model: str
+    summary_tokens: int
+    tokens_before: int
+    tokens_after: int
+    status: str  # compacted | insufficient (still over the trigger after rewriting)
+
+    @property
+    def text(self) -> str:
+        return DIVIDER_TEXT[self.kind]
+
+    def divider(self) -> dict[str, Any]:
+        """The public divider record."""
+        return {"id": self.id, "object": "conversation.divider", "created_at": self.created_at,
+                "kind": self.kind, "text": self.text, "tokens_before": self.tokens_before,
+                "tokens_after": self.tokens_after, "covered_messages": self.covered,
+                "summary_model": self.summary_model, "summary_tokens": self.summary_tokens}
+
+
+def _record(row: dict[str, Any]) -> CompactionRecord:
+    fields = {k: row[k] for k in CompactionRecord.__dataclass_fields__ if k != "preserved"}
+    return CompactionRecord(preserved=tuple(json.loads(row["preserved"])), **fields)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    estimate: int
+
+
+class Records:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._latest: OrderedDict[str, CompactionRecord | None] = OrderedDict()
+        self._usage: OrderedDict[str, Usage | None] = OrderedDict()
+        self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._known: OrderedDict[str, None] = OrderedDict()
+
+    @staticmethod
+    def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        if len(cache) > _CACHE_LIMIT:
+            cache.popitem(last=False)
+
+    # --- compactions ----------------------------------------------------------------------------
+
+    def latest(self, conversation: str) -> CompactionRecord | None:
+        if conversation in self._latest:
+            return self._latest[conversation]
+        row = self.store.reader.execute(
+            "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq DESC LIMIT 1",
+            [conversation]).fetchone()
+        rec = _record(dict(row)) if row else None
+        self._remember(self._latest, conversation, rec)
+        return rec
+
+    def dividers(self, conversation: str) -> list[dict[str, Any]]:
+        rows = self.store.reader.execute(
+            "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq", [conversation])
+        return [_record(dict(r)).divider() for r in rows]
+
+    def exists(self, conversation: str) -> bool:
+        if conversation in self._known:
+            return True
+        return self.store.reader.execute(
+            "SELECT 1 FROM conversations WHERE id = ?", [conversation]).fetchone() is not None
+
+    async def ensure(self, org: str, conversation: str) -> None:
+        """Record that the conversation exists (once per process, not once per turn)."""
+        if conversation in self._known:
+            return
+        if not self.exists(conversation):
+            await self.store.write(self._touch_committed, org, conversation)
+        self._remember(self._known, conversation, None)
+
+    def _touch_committed(self, org: str, conversation: str) -> None:
+        with self.store.db.conn:
+            self._touch(org, conversation)
+
+    async def add_compaction(self, org: str, conversation: str, **values: Any
+                             ) -> CompactionRecord:
+        """Store a compaction (and its divider); it becomes the conversation's latest."""
+        prev = self.latest(conversation)
+        rec = CompactionRecord(id="div_" + secrets.token_hex(8), conversation=conversation,
+                               seq=(prev.seq + 1) if prev else 1, created_at=time.time(),
+                               **values)
+        row = asdict(rec)
+        row["preserved"] = json.dumps(list(rec.preserved))
+
+        def write() -> None:
+            with self.store.db.conn:
+                self._touch(org, conversation)
+                self.store.db.table("compactions").insert(row)
+
+        await self.store.write(write)
+        self._remember(self._latest, conversation, rec)
+        return rec
+
+    def _touch(self, org: str, conversation: str) -> None:
+        now = time.time()
+        self.store.db.execute(
+            "INSERT INTO conversations (id, org, created_at, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
+            [conversation, org, now, now])
+
+    # --- spills ---------------------------------------------------------------------------------
+
+    async def add_spills(self, org: str, conversation: str, spills: list[Spill],
+                         retention_days: float) -> None:
+        """Store masked originals once each (content-addressed; repeats are skipped)."""
+        fresh = [s for s in spills if (conversation, s.id) not in self._spilled]
+        if not fresh:
+            return
+        now = time.time()
+        rows = [{"conversation": conversation, "id": s.id, "tool_name": s.tool_name,
+                 "tool_call_id": s.tool_call_id,
+                 "content": s.content if isinstance(s.content, str) else json.dumps(s.content),
+                 "tokens": s.tokens, "created_at": now,
+                 "expires_at": now + retention_days * 86400} for s in fresh]
+
+        def write() -> None:
+            with self.store.db.conn:
+                self._touch(org, conversation)
+                self.store.db.table("spills").insert_all(rows, ignore=True)
+
+        await self.store.write(write)
+        for s in fresh:
+            self._remember(self._spilled, (conversation, s.id), None)
+
+    def spill(self, conversation: str, spill_id: str) -> dict[str, Any] | None:
+        row = self.store.reader.execute(
+            "SELECT * FROM spills WHERE conversation = ? AND id = ? AND expires_at > ?",
+            [conversation, spill_id, time.time()]).fetchone()
+        if row is None:
+            return None
+        return {"id": row["id"], "object": "conversation.spill", "tool_name": row["tool_name"],
+                "tool_call_id": row["tool_call_id"], "tokens": row["tokens"],
+                "created_at": row["created_at"], "expires_at": row["expires_at"],
+                "content": row["content"]}
+
+    async def purge_expired(self) -> int:
+        def write() -> int:
+            with self.store.db.conn:
+                return int(self.store.db.execute(
+                    "DELETE FROM spills WHERE expires_at <= ?", [time.time()]).rowcount)
+
+        return await self.store.write(write)
+
+    # --- usage ----------------------------------------------------------------------------------
+
+    def usage(self, conversation: str) -> Usage | None:
+        if conversation in self._usage:
+            return self._usage[conversation]
+        row = self.store.reader.execute(
+            "SELECT usage_prompt_tokens, usage_estimate FROM conversations WHERE id = ?",
+            [conversation]).fetchone()
+        usage = Usage(row[0], row[1]) if row and row[0] and row[1] else None
+        self._remember(self._usage, conversation, usage)
+        return usage
+
+    async def record_usage(self, org: str, conversation: str, prompt_tokens: int,
+                           estimate: int) -> None:
+        """Remember what the upstream said the last prompt cost against what we estimated."""
+        self._remember(self._usage, conversation, Usage(prompt_tokens, estimate))
+
+        def write() -> None:
+            with self.store.db.conn:
+                self._touch(org, conversation)
+                self.store.db.execute(
+                    "UPDATE conversations SET usage_prompt_tokens = ?, usage_estimate = ? "
+                    "WHERE id = ?", [prompt_tokens, estimate, conversation])
+
+        await self.store.write(write)

@@ -1,0 +1,283 @@
+"""Stage 2, compaction (SPEC section 5): plan a cut, summarize what is before it, rewrite.
+
+``plan_compaction`` decides, ``compact`` runs the summarizer and ``apply_summary`` rebuilds the
+list, so the live path can store a plan with its summary and apply it again to later requests.
+
+What is before the cut and always kept verbatim: every system/developer message, the first user
+message (``compaction.protect_first_user``), protected messages (``compaction.protected``), and
+the newest call of each pinned tool with its results. Each is kept with its whole tool group, so
+no call loses a result. A summary from an earlier compaction (recognised by its marker, whatever
+its role) is never kept: it is summarized again with the rest (rolling summary).
+
+The cut: the keep window is the newest messages that fit in ``keep_ratio`` × window tokens, and
+always at least the newest message with its whole tool group; the cut moves earlier to the start
+of a tool group, so no call is split from its results. The last
+user message and everything after it stay whole when that leaves at least a keep window of room
+under the trigger (estimating the summary at its ``max_tokens``). When it does not (an agent's
+single task with hundreds of tool turns), the last user message is kept verbatim like the first
+one, and the cut falls at the tool-group boundary the keep window gives, so the session compacts.
+A forced (manual) compaction is a request to free context now, so it always cuts by the keep
+window and keeps only the last user message itself verbatim.
+
+The rewritten list: the preserved messages before the cut in order, the summary message, then
+``messages[cut:]``. It never has more tokens than the input: a summary that does not shrink the
+list is not used (status ``insufficient``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.context.offload import run_off_loop
+from proxy.context.stages.messages import (
+    as_dicts,
+    called_tools,
+    format_summary,
+    group_bounds,
+    is_protected,
+    is_result,
+    is_summary,
+    result_tool_name,
+    tool_names_by_call_id,
+)
+from proxy.context.stages.summary import Summarizer, SummaryFailed, summarize_messages
+from proxy.context.tokens import TokenCounter
+from proxy.context.window import compaction_window
+from proxy.policy.model import Policy
+
+__all__ = ["CompactionPlan", "CompactionResult", "SummaryFailed", "apply_summary", "compact",
+           "plan_compaction", "plan_compaction_async"]
+
+SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Where to cut and what to do with each message before the cut.
+
+    ``messages[:cut]`` is the covered prefix: ``preserved`` indices stay verbatim, ``summarize``
+    indices go to the summarizer. ``keep_start`` (≥ ``cut``) starts the token-based keep window.
+    ``summary_max_tokens`` is min(summary_ratio × window, summary_max_tokens).
+    """
+
+    cut: int
+    preserved: tuple[int, ...]
+    summarize: tuple[int, ...]
+    keep_start: int
+    window: int
+    tokens_before: int
+    trigger_tokens: int
+    keep_budget: int
+    summary_max_tokens: int
+    estimated_tokens_after: int
+    forced: bool = False
+    new_messages: int = 0  # summarized messages that are not earlier summaries
+
+    @property
+    def summarizable(self) -> bool:
+        """Whether anything new (not just an earlier summary) would be summarized."""
+        return self.new_messages > 0
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What ``compact`` did. ``status``: ``none`` (not triggered), ``compacted``, or
+    ``insufficient`` (nothing to summarize, the summary did not shrink the list, or the
+    rewritten list is still over the trigger). ``summary`` is set when ``messages`` was
+    rewritten; ``covered`` is the number of input messages the summary replaced a prefix of."""
+
+    status: str
+    messages: list[dict[str, Any]]
+    tokens_before: int
+    tokens_after: int
+    summary: str | None = None
+    covered: int = 0
+    plan: CompactionPlan | None = None
+    summary_calls: int = 0
+
+    @property
+    def rewritten(self) -> bool:
+        return self.summary is not None
+
+
+def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
+                      bounds: list[tuple[int, int]]) -> set[int]:
+    """Indices (into ``bounds``) of the tool groups holding a message that must be kept."""
+    cp = policy.compaction
+    names = tool_names_by_call_id(messages)
+    keep: set[int] = set()
+    first_user_seen = not cp.protect_first_user
+    pinned = set(cp.pinned_tools)
+    for g in range(len(bounds) - 1, -1, -1):  # newest first, for the pinned tools
+        found = pinned.intersection(called_tools(messages[bounds[g][0]]))
+        if found:
+            keep.add(g)
+            pinned -= found
+    for g, (start, end) in enumerate(bounds):
+        for i in range(start, end):
+            m = messages[i]
+            if is_summary(m):
+                continue
+            role = m.get("role")
+            tool = result_tool_name(m, names) if is_result(m) else None
+            if role in ("system", "developer") or is_protected(m, cp.protected, tool):
+                keep.add(g)
+            elif role == "user" and not first_user_seen:
+                first_user_seen = True
+                keep.add(g)
+    return keep
+
+
+def _keep_start(tokens: Sequence[int], budget: float) -> int:
+    start, used = len(tokens), 0
+    while start > 0 and used + tokens[start - 1] <= budget:
+        start -= 1
+        used += tokens[start]
+    return start
+
+
+def plan_compaction(
+    messages: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    window: int | None,
+    counter: TokenCounter,
+    model: str,
+    force: bool = False,
+    tools: Sequence[Any] | None = None,
+    message_tokens: Sequence[int] | None = None,
+) -> CompactionPlan | None:
+    """The compaction plan, or ``None`` when compaction is disabled or not triggered.
+
+    ``window`` is the discovered window (``None`` when unknown: the fallback applies).
+    ``force`` (manual compaction) skips the trigger, not ``compaction.enabled``.
+    ``message_tokens`` may pass counts already made (e.g. ``MaskResult.message_tokens``).
+    """
+    cp = policy.compaction
+    if not cp.enabled or not messages:
+        return None
+    w = compaction_window(window, policy)
+    tokens = list(message_tokens) if message_tokens is not None else \
+        counter.message_token_list(messages, model)
+    overhead = counter.overhead(model, tools)
+    total = sum(tokens) + overhead
+    trigger = int(cp.trigger_ratio * w)
+    if not force and total <= trigger:
+        return None
+    bounds = group_bounds(messages)
+    group_of = [g for g, (s, e) in enumerate(bounds) for _ in range(s, e)]
+    kept = _preserved_groups(messages, policy, bounds)
+    budget = int(cp.keep_ratio * w)
+    summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
+    keep_start = _keep_start(tokens, budget)
+    # The newest tool group (or message) always stays: it is what the model acts on next, even
+    # when it alone is larger than the keep budget.
+    cut = bounds[group_of[min(keep_start, len(messages) - 1)]][0]
+
+    def kept_before(end: int) -> int:
+        return sum(tokens[i] for g in kept for i in range(*bounds[g]) if i < end)
+
+    last_user = next((i for i in range(len(messages) - 1, -1, -1)
+                      if messages[i].get("role") == "user" and not is_summary(messages[i])), None)
+    if last_user is not None and last_user < cut:
+        whole_turn = kept_before(last_user) + summary_max + SUMMARY_FRAME_TOKENS + overhead \
+            + sum(tokens[last_user:])
+        if not force and whole_turn <= trigger - budget:
+            cut = bounds[group_of[last_user]][0]
+        else:
+            kept.add(group_of[last_user])
+    preserved = tuple(i for g in sorted(kept) for i in range(*bounds[g]) if i < cut)
+    taken = set(preserved)
+    summarize = tuple(i for i in range(cut) if i not in taken)
+    after = sum(tokens[i] for i in preserved) + sum(tokens[cut:]) + overhead + \
+        (summary_max + SUMMARY_FRAME_TOKENS if summarize else 0)
+    return CompactionPlan(
+        cut=cut, preserved=preserved, summarize=summarize, keep_start=max(keep_start, cut),
+        window=w, tokens_before=total, trigger_tokens=trigger, keep_budget=budget,
+        summary_max_tokens=summary_max, estimated_tokens_after=after, forced=force,
+        new_messages=sum(1 for i in summarize if not is_summary(messages[i])),
+    )
+
+
+async def plan_compaction_async(
+    messages: Sequence[Mapping[str, Any]], policy: Policy, window: int | None,
+    counter: TokenCounter, model: str, force: bool = False,
+    tools: Sequence[Any] | None = None,
+) -> CompactionPlan | None:
+    """``plan_compaction`` run in a worker thread when counting could block the loop."""
+    if counter.needs_offload(messages, model):
+        return await run_off_loop(
+            plan_compaction, messages, policy, window, counter, model, force, tools)
+    return plan_compaction(messages, policy, window, counter, model, force, tools)
+
+
+def summary_message(summary_text: str, policy: Policy) -> dict[str, Any]:
+    """The message that stands for the covered prefix (role per ``compaction.summary_role``)."""
+    return {"role": policy.compaction.summary_role, "content": format_summary(summary_text)}
+
+
+def apply_summary(
+    messages: Sequence[Mapping[str, Any]], plan: CompactionPlan, summary_text: str,
+    policy: Policy,
+) -> list[dict[str, Any]]:
+    """The rewritten list: preserved messages before the cut, the summary, ``messages[cut:]``.
+
+    ``messages`` may have grown past the request the plan was made for (new turns appended);
+    its first ``plan.cut`` messages must be the ones the plan covered (the caller checks that,
+    e.g. by the stored prefix hash).
+    """
+    if len(messages) < plan.cut:
+        raise ValueError(f"plan covers {plan.cut} messages, list has {len(messages)}")
+    msgs = as_dicts(messages)
+    return [*(msgs[i] for i in plan.preserved), summary_message(summary_text, policy),
+            *msgs[plan.cut:]]
+
+
+async def compact(
+    messages: Sequence[Mapping[str, Any]],
+    originals: Sequence[Mapping[str, Any]] | None,
+    policy: Policy,
+    window: int | None,
+    counter: TokenCounter,
+    model: str,
+    summarize: Summarizer,
+    summary_window: int | None,
+    force: bool = False,
+    *,
+    tools: Sequence[Any] | None = None,
+    plan: CompactionPlan | None = None,
+    summary_model: str | None = None,
+) -> CompactionResult:
+    """Plan (unless ``plan`` is given), summarize and rewrite ``messages`` (never mutated).
+
+    ``messages`` is the list after masking; ``originals`` aligns with it index by index and holds
+    the unmasked text the summarizer reads (``None``: ``messages`` itself). ``summary_window`` is
+    the summary model's window (``None``: the compaction window); ``summary_model`` names the
+    summary model for counting its prompts (``None``: ``model``). Raises ``SummaryFailed`` when
+    the summary comes back empty; the summarizer's own errors propagate. Both leave the
+    conversation unchanged, which is the caller's fail-open.
+    """
+    source = messages if originals is None else originals
+    if len(source) != len(messages):
+        raise ValueError("originals must align with messages one to one")
+    if plan is None:
+        plan = await plan_compaction_async(messages, policy, window, counter, model, force, tools)
+    if plan is None:
+        before = await counter.count_messages_async(messages, model, tools)
+        return CompactionResult("none", as_dicts(messages), before, before)
+    unchanged = CompactionResult("insufficient", as_dicts(messages),
+                                 plan.tokens_before, plan.tokens_before, plan=plan)
+    if not plan.summarizable:
+        return unchanged
+    text, calls = await summarize_messages(
+        [source[i] for i in plan.summarize], counter=counter, model=summary_model or model,
+        summarize=summarize, max_tokens=plan.summary_max_tokens,
+        summary_window=summary_window or plan.window)
+    rewritten = apply_summary(messages, plan, text, policy)
+    after = await counter.count_messages_async(rewritten, model, tools)
+    if after >= plan.tokens_before:
+        return replace(unchanged, summary_calls=calls)
+    status = "insufficient" if after > plan.trigger_tokens else "compacted"
+    return CompactionResult(status, rewritten, plan.tokens_before, after, summary=text,
+                            covered=plan.cut, plan=plan, summary_calls=calls)

@@ -1,0 +1,245 @@
+"""The summarizer's side of compaction: the prompt, the transcript, pieces and merging.
+
+The summarizer is an injected ``async (prompt_messages, max_tokens) -> str`` callable, so this
+module never touches the network. Its input is the transcript of the messages being summarized
+(their original, unmasked text; an earlier summary among them is rendered as such and folded in).
+
+When the transcript does not fit the summary model's window (``summary_window`` minus the
+summary's ``max_tokens`` minus the prompt), it is split into pieces (an oversized single message
+too), each piece is summarized, and the partial summaries are merged, in rounds if needed. Every
+prompt is counted before it is sent and is never over the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from proxy.context.offload import run_off_loop
+from proxy.context.stages.messages import (
+    is_result,
+    is_summary,
+    message_text,
+    result_tool_name,
+    summary_body,
+    tool_names_by_call_id,
+)
+from proxy.context.tokens import TokenCounter
+
+Summarizer = Callable[[list[dict[str, Any]], int], Awaitable[str]]
+
+SUMMARY_SECTIONS = (
+    "Goal and constraints: the user's goal and every requirement, preference and constraint "
+    "they stated.",
+    "Decisions: what was decided and the reasons.",
+    "Done and failed: what was done, and what was tried and failed (with the error).",
+    "Current state: where the work stands now.",
+    "Key details: the files, paths, identifiers, names, numbers, commands and values that "
+    "matter, copied exactly.",
+    "Open questions and next steps.",
+)
+SUMMARY_SYSTEM_PROMPT = (
+    "You compact the earlier part of a conversation between a user and an AI assistant that may "
+    "use tools. The assistant will continue the work with only your summary and the most recent "
+    "messages, so write a structured handoff with these sections:\n"
+    + "\n".join(f"{i}. {s}" for i, s in enumerate(SUMMARY_SECTIONS, 1))
+    + "\n\nIf the transcript holds an earlier summary, carry its content forward: drop nothing it "
+    "records unless later messages superseded it. Be concise, but never drop a fact the "
+    "assistant would need. Answer in plain text with the summary only; do not call tools."
+)
+MERGE_INSTRUCTION = (
+    "These are summaries of consecutive parts of one conversation, oldest first. Merge them into "
+    "one handoff with the sections above; later parts supersede earlier ones where they differ."
+)
+MARGIN = 32  # tokens of slack for chat-format rendering the counter cannot know exactly
+MIN_SUMMARY_TOKENS = 16
+CONCURRENCY = 4  # partial summaries requested at once
+
+
+class SummaryFailed(RuntimeError):
+    """The summary could not be made (empty answer, or no room in the summary window).
+
+    The caller fails open: the conversation stays unchanged and no error text becomes a summary.
+    """
+
+
+def _render_calls(message: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping):
+            lines.append(f"-> calls {fn.get('name')}({fn.get('arguments') or ''}) "
+                         f"[id {call.get('id')}]")
+    fc = message.get("function_call")
+    if isinstance(fc, Mapping):
+        lines.append(f"-> calls {fc.get('name')}({fc.get('arguments') or ''})")
+    return lines
+
+
+def render_transcript(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One text block per message, in order, for the summarizer to read."""
+    names = tool_names_by_call_id(messages)
+    blocks: list[str] = []
+    for n, m in enumerate(messages, 1):
+        if is_summary(m):
+            blocks.append(f"[{n}] EARLIER SUMMARY (of the conversation before this point):\n"
+                          f"{summary_body(m)}")
+            continue
+        text = message_text(m)
+        if isinstance(m.get("content"), list) and any(
+            isinstance(p, Mapping) and not isinstance(p.get("text"), str) for p in m["content"]
+        ):
+            text += "\n[non-text content omitted]"
+        if is_result(m):
+            head = f"[{n}] TOOL RESULT of {result_tool_name(m, names)}"
+            if m.get("tool_call_id"):
+                head += f" [id {m.get('tool_call_id')}]"
+        else:
+            head = f"[{n}] {str(m.get('role', '?')).upper()}"
+            if m.get("name"):
+                head += f" ({m.get('name')})"
+        blocks.append("\n".join([f"{head}:", text, *_render_calls(m)]).rstrip())
+    return blocks
+
+
+def build_prompt(transcript: str, part: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """The summary request: the instructions, then the transcript (or one part of it)."""
+    where = f" (part {part[0]} of {part[1]}; summarize this part only)" if part else ""
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Summarize this conversation transcript{where}.\n\n"
+                                    f"<transcript>\n{transcript}\n</transcript>"},
+    ]
+
+
+def build_merge_prompt(partials: Sequence[str]) -> list[dict[str, Any]]:
+    """The request that merges partial summaries (oldest first) into one."""
+    body = "\n\n".join(f"<part {i}>\n{p}\n</part {i}>" for i, p in enumerate(partials, 1))
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
+        {"role": "user", "content": f"{MERGE_INSTRUCTION}\n\n{body}"},
+    ]
+
+
+class _Budget:
+    """Token arithmetic for one summarization against the summary model's window."""
+
+    def __init__(self, counter: TokenCounter, model: str, max_tokens: int, window: int) -> None:
+        self.counter, self.model, self.window = counter, model, window
+        frame = max(counter.count_messages(build_prompt("", (99_999, 99_999)), model),
+                    counter.count_messages(build_merge_prompt([""]), model)) + MARGIN
+        # Leave room for at least two partial summaries per merge, so merging always converges.
+        self.max_tokens = min(max_tokens, (window - frame - MARGIN) // 3)
+        if self.max_tokens < MIN_SUMMARY_TOKENS:
+            raise SummaryFailed(f"summary window {window} is too small for a summary")
+        self.text_budget = window - self.max_tokens - frame
+
+    def fits(self, prompt: list[dict[str, Any]]) -> bool:
+        return self.counter.count_messages(prompt, self.model) + self.max_tokens <= self.window
+
+    def pack(self, blocks: Sequence[str]) -> list[list[str]]:
+        """Blocks grouped, in order, into pieces whose text fits the budget (big blocks split)."""
+        pieces: list[list[str]] = [[]]
+        used = 0
+        for block in blocks:
+            tokens = self.counter.text_tokens(block, self.model) + 2  # the joining blank line
+            parts = [(block, tokens)]
+            if tokens > self.text_budget:
+                split = self.counter.split_text(block, self.model, self.text_budget - 16)
+                parts = [(p if i == 0 else f"(continued)\n{p}", self.text_budget)
+                         for i, p in enumerate(split)]
+            for part, t in parts:
+                if pieces[-1] and used + t > self.text_budget:
+                    pieces.append([])
+                    used = 0
+                pieces[-1].append(part)
+                used += t
+        return [p for p in pieces if p]
+
+
+def _prompts(budget: _Budget, blocks: list[str]) -> list[list[dict[str, Any]]]:
+    """Transcript prompts, each verified to fit; a piece that does not is halved."""
+    pending = budget.pack(blocks)
+    pieces: list[list[str]] = []
+    while pending:
+        piece = pending.pop(0)
+        # Checked with the longest part header the final prompts can carry (5-digit numbers).
+        if budget.fits(build_prompt("\n\n".join(piece), (99_999, 99_999))):
+            pieces.append(piece)
+        elif len(piece) > 1:
+            mid = len(piece) // 2
+            pending[:0] = [piece[:mid], piece[mid:]]
+        else:
+            tokens = budget.counter.text_tokens(piece[0], budget.model)
+            halves = budget.counter.split_text(piece[0], budget.model, max(1, tokens // 2))
+            if len(halves) < 2:
+                raise SummaryFailed("a transcript block does not fit the summary window")
+            pending[:0] = [[h] for h in halves]
+    if len(pieces) == 1:
+        return [build_prompt("\n\n".join(pieces[0]))]
+    return [build_prompt("\n\n".join(p), (i, len(pieces))) for i, p in enumerate(pieces, 1)]
+
+
+async def _call(summarize: Summarizer, prompt: list[dict[str, Any]], budget: _Budget) -> str:
+    text = (await summarize(prompt, budget.max_tokens) or "").strip()
+    if not text:
+        raise SummaryFailed("the summarizer returned an empty summary")
+    # A summarizer that ignores max_tokens must not overflow the merge step.
+    return budget.counter.truncate_text(text, budget.model, budget.max_tokens)
+
+
+async def _gather(summarize: Summarizer, prompts: list[list[dict[str, Any]]],
+                  budget: _Budget) -> list[str]:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(prompt: list[dict[str, Any]]) -> str:
+        async with gate:
+            return await _call(summarize, prompt, budget)
+
+    tasks = [asyncio.ensure_future(one(p)) for p in prompts]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:  # one failed: the summary cannot be made, stop paying for the rest
+            task.cancel()
+        raise
+
+
+def _merge_batches(budget: _Budget, partials: list[str]) -> list[list[dict[str, Any]]]:
+    batches: list[list[str]] = [[]]
+    for p in partials:
+        if batches[-1] and not budget.fits(build_merge_prompt([*batches[-1], p])):
+            batches.append([])
+        batches[-1].append(p)
+    return [build_merge_prompt(b) for b in batches]
+
+
+async def summarize_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    counter: TokenCounter,
+    model: str,
+    summarize: Summarizer,
+    max_tokens: int,
+    summary_window: int,
+) -> tuple[str, int]:
+    """Summarize ``messages`` (original text) within ``summary_window``; (summary, calls made).
+
+    ``model`` is the summary model, whose tokenizer counts the prompts. Raises ``SummaryFailed``
+    on an empty answer; the summarizer's own exceptions propagate.
+    """
+    budget = _Budget(counter, model, max_tokens, summary_window)
+    blocks = render_transcript(messages)
+    big = sum(len(b) for b in blocks) > counter.offload_chars
+    prompts = await run_off_loop(_prompts, budget, blocks) if big else _prompts(budget, blocks)
+    calls = len(prompts)
+    partials = await _gather(summarize, prompts, budget)
+    while len(partials) > 1:
+        merges = _merge_batches(budget, partials)
+        if len(merges) >= len(partials):  # cannot happen with the budget's 3x rule; never loop
+            raise SummaryFailed("partial summaries do not fit the summary window to merge")
+        calls += len(merges)
+        partials = await _gather(summarize, merges, budget)
+    return partials[0], calls

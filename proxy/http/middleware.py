@@ -1,0 +1,58 @@
+"""The one middleware: every failure leaves as an OpenAI-shaped error, and every request is
+counted in the request metrics by its route template (never its path)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from proxy.errors import ApiError
+from proxy.state import STATE
+
+log = logging.getLogger("context_proxy")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_MESSAGES = {404: "Unknown path.", 405: "Method not allowed for this path.",
+             413: "The request body is larger than this proxy accepts."}
+
+
+def route_label(request: web.Request) -> str:
+    info = request.match_info
+    if info.http_exception is not None:
+        return "unmatched"
+    name = info.route.name
+    return name or info.route.resource.canonical if info.route.resource else "unmatched"
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer ``ApiError`` and aiohttp's HTTP errors in OpenAI's shape; nothing leaks a
+    traceback."""
+    start = time.perf_counter()
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    except ApiError as e:
+        status = e.status
+        return e.response()
+    except web.HTTPException as e:
+        status = e.status
+        if e.status < 400:
+            raise
+        message = _MESSAGES.get(e.status, e.reason)
+        return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_")).response(
+            headers={k: v for k, v in e.headers.items() if k.lower() == "allow"})
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return ApiError(500, "The proxy hit an internal error.", code="internal_error").response()
+    finally:
+        state = request.app.get(STATE)
+        if state is not None:
+            state.metrics.observe_request(route_label(request), status,
+                                          time.perf_counter() - start)

@@ -1,0 +1,33 @@
+"""Operator endpoints: ``/healthz``, ``/readyz`` and ``/metrics`` (SPEC section 9)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.metrics import CONTENT_TYPE
+from proxy.state import STATE
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    try:
+        state.store.reader.execute("SELECT 1").fetchone()
+    except Exception as e:  # the database is the only local dependency
+        return web.json_response({"status": "unavailable", "reason": type(e).__name__},
+                                 status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/readyz", readyz, name="readyz")
+    app.router.add_get("/metrics", metrics_view, name="metrics")

@@ -1,0 +1,40 @@
+"""Every ``/v1/*`` route other than chat completions: relayed unchanged, streaming both ways."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from proxy.state import STATE
+from proxy.upstream.client import request_headers
+from proxy.upstream.relay import relay
+
+
+async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_chunked(1 << 16):
+        yield chunk
+
+
+async def relay_any(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    principal = state.auth.authenticate(request)
+    headers = request_headers(request.headers, principal.upstream_key)
+    data: object = None
+    if request.body_exists:
+        length = request.content_length
+        # Small bodies go with a Content-Length (some upstreams refuse chunked uploads);
+        # anything else (file uploads) streams through without being held in memory.
+        data = await request.read() if length is not None and length <= (1 << 20) \
+            else _body_chunks(request)
+    resp = await state.upstream.open(request.method, "/" + request.match_info["tail"],
+                                     headers, data, request.query_string)
+    try:
+        return await relay(request, state.upstream, resp)
+    finally:
+        resp.release()
+
+
+def add_routes(app: web.Application) -> None:
+    """The catch-all ``/v1/*`` relay; register it after every specific ``/v1`` route."""
+    app.router.add_route("*", "/v1/{tail:.*}", relay_any, name="relay")

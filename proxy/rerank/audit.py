@@ -1,0 +1,317 @@
+"""``context-proxy recall-audit``: recall@k of a fused retrieval order against an exact search.
+
+Before turning on the rerank call (SPEC section 8) for every search, an admin measures how good
+the order it would rerank already is. Over one corpus and one set of queries:
+
+- **fused order**: keyword search (SQLite FTS5, BM25, terms OR-ed) and semantic search (cosine
+  over the upstream's ``/v1/embeddings``), each contributing its top ``depth`` documents, fused
+  by reciprocal rank: ``score(d) = sum over legs of 1 / (RRF_K + rank)`` with ``RRF_K = 60``
+  and 1-based ranks; ties go to the earlier document of the corpus.
+- **exact order**: every document scored by cosine similarity to the query.
+- **recall@k** = |fused top-k ∩ exact top-k| / k (k capped at the corpus size); the overall
+  figure is the mean over queries.
+
+Both legs are computed exactly here, so the figure isolates what fusing keyword search into the
+order does to the semantic top-k. Corpus lines are ``{"id", "text"}``, query lines
+``{"id", "query"}`` (JSONL). ``--fake-upstream`` embeds with the in-process fake upstream's
+deterministic bag-of-words embeddings, so the command runs offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sqlite3
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # aiohttp is imported when the command runs, not when the CLI parses
+    import aiohttp
+
+RRF_K = 60
+DEFAULT_MODEL = "text-embedding-3-small"
+PROGRESS_FROM = 500  # texts to embed from which the progress bar shows by default
+
+
+class AuditError(Exception):
+    """Bad input or an upstream failure; the message says which file/line or what answered."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    id: str
+    query: str
+    hits: int
+    k: int
+    fused: list[int]  # top-k document positions, fused order
+    exact: list[int]  # top-k document positions, exact order
+
+    @property
+    def recall(self) -> float:
+        return self.hits / self.k if self.k else 1.0
+
+
+def load_jsonl(path: Path, field: str) -> list[tuple[str, str]]:
+    """``(id, field value)`` of each non-empty line; ``AuditError`` names the line at fault."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise AuditError(f"{path}: cannot be read: {e.strerror}") from None
+    rows: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise AuditError(f"{path}:{n}: not valid JSON") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
+            raise AuditError(f"{path}:{n}: expected an object with a string '{field}'")
+        ident = str(obj.get("id", n))
+        if ident in seen:
+            raise AuditError(f"{path}:{n}: id {ident!r} appears twice")
+        seen.add(ident)
+        rows.append((ident, obj[field]))
+    if not rows:
+        raise AuditError(f"{path}: no entries")
+    return rows
+
+
+# --- the two orders ---------------------------------------------------------------------------
+
+
+def keyword_index(texts: Sequence[str]) -> sqlite3.Connection:
+    """An in-memory FTS5 table; rowid = position in ``texts``."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE docs USING fts5(text, tokenize='unicode61')")
+    conn.executemany("INSERT INTO docs(rowid, text) VALUES (?, ?)", enumerate(texts))
+    return conn
+
+
+def match_expression(query: str) -> str | None:
+    """The query's words as quoted FTS5 strings joined by OR, so no user text is read as FTS5
+    syntax (``AND``, ``NEAR``, ``*``, ``:``, quotes); ``None`` when it has no word."""
+    words = re.findall(r"\w+", query.lower())
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in dict.fromkeys(words)) or None
+
+
+def keyword_ranking(conn: sqlite3.Connection, query: str, depth: int) -> list[int]:
+    """Positions of the top ``depth`` documents by BM25 (best first)."""
+    expr = match_expression(query)
+    if expr is None:
+        return []
+    rows = conn.execute("SELECT rowid FROM docs WHERE docs MATCH ? ORDER BY bm25(docs), rowid "
+                        "LIMIT ?", (expr, depth)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def normalize(vec: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vec))
+    return [v / norm for v in vec] if norm else [0.0] * len(vec)
+
+
+def cosine_ranking(doc_vecs: Sequence[Sequence[float]], query_vec: Sequence[float]
+                   ) -> list[int]:
+    """Every document position, by cosine similarity (vectors already normalized), best first;
+    ties go to the earlier document."""
+    scores = [sum(a * b for a, b in zip(d, query_vec, strict=True)) for d in doc_vecs]
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
+    """Reciprocal rank fusion of several rankings (1-based ranks); ties to the lower position."""
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, doc in enumerate(ranking, 1):
+            score[doc] = score.get(doc, 0.0) + 1.0 / (k + rank)
+    return sorted(score, key=lambda d: (-score[d], d))
+
+
+def audit(doc_texts: Sequence[str], doc_vecs: Sequence[Sequence[float]],
+          queries: Sequence[tuple[str, str]], query_vecs: Sequence[Sequence[float]],
+          k: int, depth: int) -> list[QueryResult]:
+    """recall@k of the fused order against the exact one, per query (see module docstring)."""
+    docs = [normalize(v) for v in doc_vecs]
+    conn = keyword_index(doc_texts)
+    kk = min(k, len(doc_texts))
+    out = []
+    try:
+        for (qid, text), qvec in zip(queries, query_vecs, strict=True):
+            exact = cosine_ranking(docs, normalize(qvec))
+            fused = rrf([keyword_ranking(conn, text, depth), exact[:depth]])
+            hits = len(set(fused[:kk]) & set(exact[:kk]))
+            out.append(QueryResult(qid, text, hits, kk, fused[:kk], exact[:kk]))
+    finally:
+        conn.close()
+    return out
+
+
+# --- embeddings and progress ------------------------------------------------------------------
+
+
+class Progress:
+    """A plain-text progress bar on ``stream`` (stderr): redrawn in place on a terminal, a line
+    per quarter otherwise (logs stay readable)."""
+
+    def __init__(self, total: int, label: str, stream: TextIO, enabled: bool) -> None:
+        self.total, self.label, self.stream, self.enabled = total, label, stream, enabled
+        self.done = 0
+        self._tty = stream.isatty()
+        self._quarter = 0
+
+    def advance(self, n: int) -> None:
+        self.done = min(self.total, self.done + n)
+        if not self.enabled or not self.total:
+            return
+        filled = 30 * self.done // self.total
+        line = (f"{self.label} [{'#' * filled}{'-' * (30 - filled)}] {self.done}/{self.total} "
+                f"{100 * self.done // self.total}%")
+        if self._tty:
+            end = "\n" if self.done == self.total else ""
+            self.stream.write("\r" + line + end)
+        elif 4 * self.done // self.total > self._quarter:
+            self._quarter = 4 * self.done // self.total
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+async def embed_texts(session: aiohttp.ClientSession, base_url: str, api_key: str | None,
+                      model: str, texts: Sequence[str], batch_size: int,
+                      progress: Progress) -> list[list[float]]:
+    """Embeddings of ``texts`` from ``{base_url}/embeddings``, ``batch_size`` texts a request."""
+    import aiohttp
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    vectors: list[list[float]] = []
+    for start in range(0, len(texts), batch_size):
+        batch = list(texts[start:start + batch_size])
+        try:
+            async with session.post(base_url.rstrip("/") + "/embeddings", headers=headers,
+                                    json={"model": model, "input": batch}) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise AuditError(f"embeddings request failed: {type(e).__name__}") from None
+        if status != 200:
+            raise AuditError(f"embeddings request answered {status}: "
+                             f"{raw[:200].decode('utf-8', 'replace')}")
+        try:
+            data = sorted(json.loads(raw)["data"], key=lambda d: d["index"])
+            got = [[float(x) for x in d["embedding"]] for d in data]
+        except (ValueError, KeyError, TypeError):
+            raise AuditError("embeddings answer is not an OpenAI embeddings list") from None
+        if len(got) != len(batch) or any(len(v) != len(got[0]) for v in got):
+            raise AuditError("embeddings answer has the wrong number or size of vectors")
+        vectors.extend(got)
+        progress.advance(len(batch))
+    if vectors and any(len(v) != len(vectors[0]) for v in vectors):
+        raise AuditError("embeddings answer vectors of different sizes")
+    return vectors
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", type=Path, required=True, help="JSONL lines {id, text}")
+    p.add_argument("--queries", type=Path, required=True, help="JSONL lines {id, query}")
+    p.add_argument("--k", type=int, default=8, help="cut-off of recall@k (default 8)")
+    p.add_argument("--depth", type=int, default=50,
+                   help="documents each leg contributes to the fusion (default 50)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedding model ({DEFAULT_MODEL})")
+    p.add_argument("--upstream-url", help="OpenAI-compatible base URL ending in /v1 "
+                   "(default: the configured upstream)")
+    p.add_argument("--api-key", help="key for the embeddings calls (default: the configured "
+                   "upstream key)")
+    p.add_argument("--batch-size", type=int, default=64, help="texts per embeddings request")
+    p.add_argument("--fake-upstream", action="store_true",
+                   help="embed with the built-in fake upstream (offline, deterministic)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help=f"progress bar on stderr (auto: from {PROGRESS_FROM} texts)")
+
+
+async def _run(args: argparse.Namespace, docs: list[tuple[str, str]],
+               queries: list[tuple[str, str]]) -> list[QueryResult]:
+    import aiohttp
+
+    fake = None
+    if args.fake_upstream:
+        from proxy.testing.fake_upstream import FakeUpstream
+
+        fake = FakeUpstream(record=False)
+        url, key = await fake.start(), None
+    else:
+        from proxy.settings import load_settings
+
+        settings = load_settings() if not (args.upstream_url and args.api_key) else None
+        url = args.upstream_url or (settings.upstream_url if settings else "")
+        key = args.api_key or (settings.upstream_api_key if settings else None)
+    texts = [t for _, t in docs] + [q for _, q in queries]
+    show = args.progress == "always" or (args.progress == "auto" and len(texts) >= PROGRESS_FROM)
+    progress = Progress(len(texts), "embedding", sys.stderr, show)
+    try:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            vecs = await embed_texts(session, url, key, args.model, texts, args.batch_size,
+                                     progress)
+    finally:
+        if fake is not None:
+            await fake.stop()
+    n = len(docs)
+    return audit([t for _, t in docs], vecs[:n], queries, vecs[n:], args.k, args.depth)
+
+
+def report_text(results: Sequence[QueryResult], k: int, depth: int, n_docs: int,
+                model: str) -> str:
+    overall = sum(r.recall for r in results) / len(results)
+    lines = [f"recall@{k}: fused order (BM25 + semantic, RRF k={RRF_K}, depth {depth}) "
+             "against exact semantic search",
+             f"corpus: {n_docs} documents, {len(results)} queries, embeddings: {model}", "",
+             f"{'query':<10} {'recall@' + str(k):>9}  {'overlap':>7}  text"]
+    for r in results:
+        text = r.query if len(r.query) <= 48 else r.query[:47] + "…"
+        lines.append(f"{r.id:<10} {r.recall:>9.3f}  {f'{r.hits}/{r.k}':>7}  {text}")
+    hits, total = sum(r.hits for r in results), sum(r.k for r in results)
+    lines.append(f"{'overall':<10} {overall:>9.3f}  {f'{hits}/{total}':>7}  "
+                 f"(mean over {len(results)} queries)")
+    return "\n".join(lines)
+
+
+def report_json(results: Sequence[QueryResult], k: int, depth: int, n_docs: int,
+                model: str) -> str:
+    return json.dumps({
+        "k": k, "depth": depth, "rrf_k": RRF_K, "documents": n_docs, "model": model,
+        "overall": sum(r.recall for r in results) / len(results),
+        "queries": [{"id": r.id, "recall": r.recall, "hits": r.hits, "k": r.k}
+                    for r in results]}, indent=2)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Exit status: 0 report printed, 1 the embeddings upstream failed, 2 bad input."""
+    for name in ("k", "depth", "batch_size"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return 2
+    try:
+        docs = load_jsonl(args.corpus, "text")
+        queries = load_jsonl(args.queries, "query")
+    except AuditError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        results = asyncio.run(_run(args, docs, queries))
+    except AuditError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    report = report_json if args.json else report_text
+    model = args.model + (" (fake upstream)" if args.fake_upstream else "")
+    print(report(results, args.k, args.depth, len(docs), model))
+    return 0
+

@@ -1,0 +1,91 @@
+"""Deployment settings (SPEC section 9): the policies folder plus environment overrides.
+
+``Settings`` holds what differs per deployment, resolved once at start-up; a bad value raises
+``ConfigError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.errors import ConfigError
+from proxy.policy.platform import AUTH_MODES, DEFAULT_UPSTREAM_URL, PlatformConfig, load_policies
+
+
+def _env_bool(name: str, env: Mapping[str, str]) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"environment: {name}: expected true or false, got {value!r}")
+
+
+def _env_number(name: str, env: Mapping[str, str], default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment: {name}: expected a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"environment: {name}: expected a positive number, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to start, resolved from YAML and environment."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstream_url: str = DEFAULT_UPSTREAM_URL
+    upstream_api_key: str | None = None
+    auth_mode: str = "proxy_keys"
+    policies_dir: Path | None = None
+    db_path: Path = Path("context-proxy.db")
+    admin_token: str | None = None
+    manual_compaction: bool = False
+    upstream_timeout_s: float = 600.0
+    max_body_bytes: int = 32 * 1024 * 1024
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Resolve settings: platform YAML first, environment variables over it, then ``overrides``."""
+    env = os.environ if env is None else env
+    folder_raw = env.get("CONTEXT_PROXY_POLICIES")
+    folder = Path(folder_raw) if folder_raw else (Path("policies") if Path("policies").is_dir()
+                                                  else None)
+    platform = overrides.pop("platform", None) or load_policies(folder)
+    mode = env.get("CONTEXT_PROXY_AUTH_MODE") or platform.auth_mode
+    if mode not in AUTH_MODES:
+        raise ConfigError(f"environment: CONTEXT_PROXY_AUTH_MODE: expected one of {AUTH_MODES}")
+    port_raw = env.get("CONTEXT_PROXY_PORT", "8080")
+    if not port_raw.isdigit() or not 0 <= int(port_raw) < 65536:
+        raise ConfigError(f"environment: CONTEXT_PROXY_PORT: expected a port, got {port_raw!r}")
+    url = (env.get("CONTEXT_PROXY_UPSTREAM_URL") or platform.upstream_url).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"environment: CONTEXT_PROXY_UPSTREAM_URL: not an http(s) URL: {url!r}")
+    values: dict[str, Any] = dict(
+        host=env.get("CONTEXT_PROXY_HOST", "127.0.0.1"),
+        port=int(port_raw),
+        upstream_url=url,
+        upstream_api_key=env.get("CONTEXT_PROXY_UPSTREAM_API_KEY")
+        or env.get(platform.api_key_env) or None,
+        auth_mode=mode,
+        policies_dir=folder,
+        db_path=Path(env.get("CONTEXT_PROXY_DB", "context-proxy.db")),
+        admin_token=env.get("CONTEXT_PROXY_ADMIN_TOKEN") or None,
+        manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
+        upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
+        max_body_bytes=int(_env_number("CONTEXT_PROXY_MAX_BODY_BYTES", env, 32 * 1024 * 1024)),
+        platform=platform,
+    )
+    values.update(overrides)
+    return Settings(**values)

@@ -1,0 +1,30 @@
+"""The application's typed state: what every handler reaches through ``request.app[STATE]``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from proxy.auth import Authenticator
+from proxy.context.service import ContextService
+from proxy.metrics import Metrics
+from proxy.policy.service import PolicyService
+from proxy.settings import Settings
+from proxy.store import Store
+from proxy.upstream.client import Upstream
+
+
+@dataclass(frozen=True)
+class ProxyState:
+    settings: Settings
+    store: Store
+    auth: Authenticator
+    upstream: Upstream
+    metrics: Metrics
+    policies: PolicyService
+    context: ContextService
+
+
+STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)

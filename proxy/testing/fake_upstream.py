@@ -1,0 +1,275 @@
+"""An in-process fake OpenAI-compatible upstream: used by the demo, the tests and the benchmarks.
+
+It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings`` and echoes
+any other path, records every request it received, and can be told to misbehave (status codes,
+delays, broken connections) so the proxy's fault handling can be exercised for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
+
+ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass
+class Fault:
+    """One scripted misbehaviour; ``match`` picks which chat requests it applies to."""
+
+    status: int = 500
+    body: Any = None  # JSON-able; default an OpenAI-shaped error
+    delay_s: float = 0.0  # before the response headers
+    drop: bool = False  # close the connection without answering
+    times: int = 1  # how many matching requests it applies to (-1: forever)
+    match: Callable[[dict[str, Any]], bool] | None = None
+
+
+_counter: Any = None
+
+
+def approx_tokens(messages: list[dict[str, Any]]) -> int:
+    """Prompt tokens as a real upstream would report them (o200k_base via tiktoken)."""
+    global _counter
+    from proxy.context.tokens import TokenCounter
+
+    if _counter is None:
+        _counter = TokenCounter()
+    return int(_counter.count_messages(messages, "gpt-4o"))
+
+
+SUMMARY_PROMPT_START = SUMMARY_SYSTEM_PROMPT[:48]
+FACT = re.compile(r"\b[A-Z][A-Z0-9_]*-[A-Z0-9_-]*[0-9]+\b")
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Whether a chat request is the proxy's own summary call."""
+    first = (body.get("messages") or [{}])[0]
+    content = first.get("content") if isinstance(first, dict) else None
+    return isinstance(content, str) and content.startswith(SUMMARY_PROMPT_START)
+
+
+def default_summarizer(body: dict[str, Any]) -> str:
+    """A deterministic 'summary': every fact-like token (``CODE-123``) found in the prompt."""
+    text = "\n".join(m.get("content") or "" for m in body["messages"]
+                     if isinstance(m.get("content"), str))
+    facts = sorted(set(FACT.findall(text)))
+    return "Goal: continue the task. Key details: " + (", ".join(facts) or "none") + "."
+
+
+def default_responder(body: dict[str, Any]) -> dict[str, Any]:
+    last = body["messages"][-1] if body.get("messages") else {}
+    content = last.get("content")
+    text = content if isinstance(content, str) else ""
+    return {"role": "assistant", "content": f"ack: {text[:40]}"}
+
+
+@dataclass
+class FakeUpstream:
+    """Start with ``await fake.start()``; ``fake.base_url`` ends in ``/v1``."""
+
+    models: dict[str, int] = field(default_factory=dict)
+    responder: ChatResponder = default_responder
+    summarizer: Callable[[dict[str, Any]], str] = default_summarizer
+    enforce_windows: bool = False  # answer 400 context_length_exceeded like OpenAI does
+    usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
+    summary_delay_s: float = 0.0  # how long a summary call takes
+    stream_delay_s: float = 0.0
+    stream_chunks: int = 4
+    requests: list[Recorded] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    record: bool = True
+    base_url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        return app
+
+    async def start(self, host: str = "127.0.0.1") -> str:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # --- helpers for tests ------------------------------------------------------------------
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Chat requests received, the proxy's own summary calls excluded."""
+        return [b for b in self.all_chat_requests() if not is_summary_request(b)]
+
+    def summary_requests(self) -> list[dict[str, Any]]:
+        return [b for b in self.all_chat_requests() if is_summary_request(b)]
+
+    def all_chat_requests(self) -> list[dict[str, Any]]:
+        return [r.json for r in self.requests if r.path == "/v1/chat/completions"]
+
+    async def _record(self, request: web.Request) -> Recorded:
+        rec = Recorded(request.method, request.path, request.query_string,
+                       dict(request.headers), await request.read())
+        if self.record:
+            self.requests.append(rec)
+        return rec
+
+    def _take_fault(self, body: dict[str, Any]) -> Fault | None:
+        for fault in self.faults:
+            if fault.times != 0 and (fault.match is None or fault.match(body)):
+                if fault.times > 0:
+                    fault.times -= 1
+                return fault
+        return None
+
+    # --- handlers ---------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        rec = await self._record(request)
+        body = rec.json
+        fault = self._take_fault(body)
+        if fault is not None:
+            if fault.delay_s:
+                await asyncio.sleep(fault.delay_s)
+            if fault.drop:
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response()
+            if fault.status != 200 or fault.body is not None:
+                err = fault.body if fault.body is not None else {"error": {
+                    "message": "fake upstream fault", "type": "server_error", "param": None,
+                    "code": None}}
+                return web.json_response(err, status=fault.status)
+        prompt_tokens = round(approx_tokens(body["messages"]) * self.usage_scale)
+        window = self.models.get(body.get("model", ""))
+        if self.enforce_windows and window and prompt_tokens > window:
+            return web.json_response({"error": {
+                "message": f"This model's maximum context length is {window} tokens. However, "
+                           f"your messages resulted in {prompt_tokens} tokens.",
+                "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}}, status=400)
+        if is_summary_request(body):
+            await asyncio.sleep(self.summary_delay_s)
+            message: dict[str, Any] = {"role": "assistant", "content": self.summarizer(body)}
+        else:
+            answer = self.responder(body)
+            message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
+        assert isinstance(message, dict)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 8, "total_tokens": 0}
+        usage["total_tokens"] = usage["prompt_tokens"] + 8
+        if body.get("stream"):
+            return await self._stream(request, body, message, usage)
+        return web.json_response({
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+            "model": body["model"], "choices": [{"index": 0, "message": message,
+                                                 "finish_reason": _finish(message)}],
+            "usage": usage})
+
+    async def _stream(self, request: web.Request, body: dict[str, Any],
+                      message: dict[str, Any], usage: dict[str, int]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body["model"]}
+        text = message.get("content") or ""
+        n = max(1, self.stream_chunks)
+        step = max(1, math.ceil(len(text) / n))
+        pieces = [text[i:i + step] for i in range(0, len(text), step)] or [""]
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": pieces[0]}]
+        deltas += [{"content": p} for p in pieces[1:]]
+        if message.get("tool_calls"):
+            deltas.append({"tool_calls": [dict(c, index=i)
+                                          for i, c in enumerate(message["tool_calls"])]})
+        for i, delta in enumerate(deltas):
+            chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": None}])
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if self.stream_delay_s and i < len(deltas) - 1:
+                await asyncio.sleep(self.stream_delay_s)
+        last = dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": _finish(message)}])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+            last = dict(base, choices=[], usage=usage)
+        await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "fake",
+             "context_length": window} for name, window in self.models.items()]})
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        body = rec.json
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": embed(str(t))}
+                for i, t in enumerate(inputs)]
+        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
+                                  "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+
+    async def _echo(self, request: web.Request) -> web.StreamResponse:
+        rec = await self._record(request)
+        status = int(request.query.get("status", "200"))
+        if request.query.get("stream"):
+            resp = web.StreamResponse(status=status,
+                                      headers={"Content-Type": "application/octet-stream"})
+            await resp.prepare(request)
+            for i in range(int(request.query["stream"])):
+                await resp.write(f"part {i}\n".encode())
+                await asyncio.sleep(self.stream_delay_s)
+            await resp.write_eof()
+            return resp
+        return web.json_response({
+            "method": rec.method, "path": rec.path, "query": rec.query,
+            "body_sha256": hashlib.sha256(rec.body).hexdigest(), "body_length": len(rec.body),
+        }, status=status)
+
+
+def _finish(message: dict[str, Any]) -> str:
+    return "tool_calls" if message.get("tool_calls") else "stop"
+
+
+def embed(text: str, dims: int = 64) -> list[float]:
+    """A deterministic bag-of-words embedding: texts sharing words are close."""
+    vec = [0.0] * dims
+    for word in text.lower().split():
+        h = hashlib.blake2b(word.strip(".,;:!?\"'()").encode(), digest_size=8).digest()
+        idx = int.from_bytes(h[:4], "big") % dims
+        vec[idx] += 1.0 if h[4] % 2 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]

@@ -1,0 +1,90 @@
+"""Run the fake upstream and the proxy on loopback ports the OS picks, in a background thread.
+
+The demo, the tests and the benchmarks all use this: a real server on a real socket, so the real
+``openai`` SDK (sync or async, on any thread) can talk to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from proxy.app import create_app
+from proxy.settings import Settings, load_settings
+from proxy.state import STATE, ProxyState
+from proxy.testing.fake_upstream import FakeUpstream
+
+T = TypeVar("T")
+
+
+class Harness:
+    """``with Harness(tmp_path) as h:`` gives ``h.base_url`` (the proxy's /v1) and ``h.fake``."""
+
+    def __init__(self, db_dir: Path, fake: FakeUpstream | None = None,
+                 env: dict[str, str] | None = None, **settings: Any) -> None:
+        self.fake = fake or FakeUpstream()
+        self._env = {"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-secret-0123456789",
+                     "CONTEXT_PROXY_DB": str(db_dir / "proxy.db"), **(env or {})}
+        self._settings_overrides = settings
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                        name="harness-loop")
+        self._runner: web.AppRunner | None = None
+        self.settings: Settings | None = None
+        self.base_url = ""
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _start(self) -> None:
+        upstream_url = await self.fake.start()
+        env = {"CONTEXT_PROXY_UPSTREAM_URL": upstream_url, **self._env}
+        settings = load_settings(env, **self._settings_overrides)
+        self.settings = replace(settings, port=0)
+        self._runner = web.AppRunner(create_app(self.settings), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.fake.stop()
+
+    @property
+    def state(self) -> ProxyState:
+        assert self._runner is not None
+        return self._runner.app[STATE]
+
+    @property
+    def upstream_key(self) -> str:
+        return self._env["CONTEXT_PROXY_UPSTREAM_API_KEY"]
+
+    def create_key(self, org: str = "acme", user: str | None = None) -> str:
+        return self.state.store.create_key(org, user)[1]
+
+    def start(self) -> Harness:
+        self._thread.start()
+        self.call(self._start())
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.call(self._stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+
+    def __enter__(self) -> Harness:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -39,12 +39,12 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
                         settings.upstream_timeout_s)
     auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
     metrics = Metrics()
+    policies = PolicyService(settings.platform)
     context = ContextService(
-        counter=TokenCounter(), records=Records(store), metrics=metrics,
+        counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
         upstream_url=settings.upstream_url)
-    app[STATE] = ProxyState(settings, store, auth, upstream, metrics,
-                            PolicyService(settings.platform), context)
+    app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context)
     background = [asyncio.create_task(_purge_spills(context.records))]
     yield
     for task in background:

@@ -6,6 +6,8 @@ never a key, a conversation id or message text.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -93,6 +95,12 @@ class Metrics:
         for outcome in ("applied", "skipped", "timeout", "error", "unparsable"):
             self.rerank.labels(outcome)  # every outcome exported from the start, at 0
 
+        # Children bound once: ``labels()`` costs microseconds a call, several per request.
+        self.overhead_chat = self.overhead.labels("chat")
+        self.upstream_chat = self.upstream_duration.labels("chat")
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
     def model_label(self, model: str) -> str:
         """``model`` as a label value: clients name models freely, so past ``MAX_MODELS``
         distinct names the rest are counted as ``other`` (a series per name would be unbounded).
@@ -105,8 +113,27 @@ class Metrics:
         return model
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, f"{status // 100}xx").inc()
-        self.request_duration.labels(route).observe(seconds)
+        key = (route, status // 100)
+        children = self._request_children.get(key)
+        if children is None:  # routes are templates and status classes few: this stays small
+            children = self._request_children[key] = (
+                self.requests.labels(route, f"{status // 100}xx"),
+                self.request_duration.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def tokens(self, org: str, model: str, received: int, sent: int) -> None:
+        """Count a managed request's prompt tokens as received and as sent upstream."""
+        key = (org, model)
+        children = self._token_children.get(key)
+        if children is None:
+            if len(self._token_children) > 10_000:  # organizations × models: bounded anyway
+                self._token_children.clear()
+            label = self.model_label(model)
+            children = self._token_children[key] = (
+                self.tokens_received.labels(org, label), self.tokens_sent.labels(org, label))
+        children[0].inc(received)
+        children[1].inc(sent)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,9 +5,17 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.context.compaction import compact
+from proxy.context.offload import run_inline
+from proxy.context.stages.compact import CompactionPlan, plan_compaction
 from proxy.context.stages.messages import format_summary
+from proxy.context.stages.scope import Scope
+from proxy.context.summarizer import Summarizer
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import Policy
 
 Message = dict[str, Any]
 
@@ -108,3 +116,45 @@ class FakeSummarizer:
     @property
     def inputs(self) -> str:
         return "\n".join(prompt_text(p) for p, _ in self.calls)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What ``compact_list`` did. ``status``: ``none`` (not triggered), ``compacted`` or
+    ``insufficient`` (nothing to summarize, no shrink, or still over the trigger)."""
+
+    status: str
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    summary: str | None = None
+    plan: CompactionPlan | None = None
+    summary_calls: int = 0
+
+    @property
+    def rewritten(self) -> bool:
+        return self.summary is not None
+
+
+async def compact_list(
+    messages: list[Message], originals: list[Message] | None, policy: Policy, window: int | None,
+    counter: TokenCounter, model: str, summarize: Summarizer, summary_window: int | None = None,
+    force: bool = False, *, plan: CompactionPlan | None = None, tools: list[Any] | None = None,
+) -> Compaction:
+    """Plan (unless ``plan`` is given) and run a compaction of ``messages`` the way the service
+    does, inline: the pure plan, then ``proxy.context.compaction.compact``."""
+    scope = Scope(policy, window, counter, model, tools)
+    plan = plan or plan_compaction(messages, scope, force=force)
+    before = scope.count(messages)
+    if plan is None:
+        return Compaction("none", list(messages), before, before)
+    unchanged = Compaction("insufficient", list(messages), before, before, plan=plan)
+    if not plan.summarizable:
+        return unchanged
+    summary_scope = Scope(policy, summary_window or plan.window, counter, model)
+    done = await compact(plan, messages, originals or messages, scope, summarize,
+                         summary_scope, run_inline)
+    if not done.gain:
+        return replace(unchanged, summary_calls=done.calls)
+    return Compaction(done.status, done.messages, before, done.tokens_after, done.summary, plan,
+                      done.calls)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import threading
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +13,7 @@ from factories import (
     FakeSummarizer,
     agent_session,
     assistant,
+    compact_list,
     developer,
     hellos,
     parallel_turn,
@@ -25,19 +25,12 @@ from factories import (
     words,
 )
 
-from proxy.context.stages import (
-    SummaryFailed,
-    apply_summary,
-    compact,
-    plan_compaction,
-    plan_rewrite_sync,
-)
-from proxy.context.stages import (
-    plan as pipeline,
-)
+from proxy.context.stages.compact import apply_summary, plan_compaction
 from proxy.context.stages.messages import SUMMARY_OPEN, is_summary
 from proxy.context.stages.ordering import ordering_problems
-from proxy.context.stages.summary import SUMMARY_SECTIONS
+from proxy.context.stages.plan import plan as plan_request
+from proxy.context.stages.scope import Scope
+from proxy.context.stages.summary import SUMMARY_SECTIONS, SummaryFailed
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import CompactionPolicy, Policy, ProtectedRule
 
@@ -63,9 +56,8 @@ def conversation(turns: int = 30, size: int = 300) -> Msgs:
 async def run(msgs: Msgs, window: int | None, pol: Policy | None = None, **kw: Any) -> Any:
     fake = kw.pop("fake", None) or FakeSummarizer()
     counter = kw.pop("counter", None) or TokenCounter()
-    res = await compact(msgs, kw.pop("originals", None), pol or Policy(), window, counter, MODEL,
-                        fake,
-                        kw.pop("summary_window", None), **kw)
+    res = await compact_list(msgs, kw.pop("originals", None), pol or Policy(), window, counter,
+                             MODEL, fake, kw.pop("summary_window", None), **kw)
     return res, fake
 
 
@@ -85,9 +77,9 @@ async def test_worked_example_200k() -> None:
     counter = TokenCounter()
     base = conversation(turns=120, size=1_000)
     at_trigger = padded(base, 160_000, counter)
-    assert plan_compaction(at_trigger, Policy(), 200_000, counter, MODEL) is None
+    assert plan_compaction(at_trigger, Scope(Policy(), 200_000, counter, MODEL)) is None
     msgs = padded(base, 160_001, counter)
-    plan = plan_compaction(msgs, Policy(), 200_000, counter, MODEL)
+    plan = plan_compaction(msgs, Scope(Policy(), 200_000, counter, MODEL))
     assert plan is not None and plan.trigger_tokens == 160_000
     keep = counter.message_token_list(msgs[plan.keep_start:], MODEL)
     assert sum(keep) <= 20_000 == plan.keep_budget
@@ -103,11 +95,13 @@ async def test_worked_example_200k() -> None:
 async def test_unknown_window_compacts_against_the_fallback() -> None:
     counter = TokenCounter()
     msgs = padded(conversation(turns=120, size=1_000), 160_001, counter)
-    rewrite = plan_rewrite_sync(msgs, Policy(), None, counter, MODEL)
+    scope = Scope(Policy(), None, counter, MODEL)
+    rewrite = plan_request(msgs, scope)
     assert not rewrite.mask.triggered and rewrite.mask.messages == msgs
-    assert rewrite.compaction_window == 200_000
+    assert scope.compaction_window == 200_000
     assert rewrite.compaction is not None and rewrite.compaction.window == 200_000
-    assert plan_compaction(padded(msgs, 160_000, counter), Policy(), None, counter, MODEL) is None
+    assert plan_compaction(padded(msgs, 160_000, counter),
+                                  Scope(Policy(), None, counter, MODEL)) is None
 
 
 # --- the summary prompt and what the summarizer reads (acceptance 3) ----------------------------
@@ -130,7 +124,7 @@ async def test_masked_line_reaches_the_summarizer() -> None:
     msgs += conversation(turns=10, size=1_000)[3:]
     needle = "DEPLOY KEY ROTATED: the staging token is tok_4471, expires 2031-02-03"
     msgs[4]["content"] = words(2_000, 1) + "\n" + needle + "\n" + words(2_000, 2)
-    rewrite = plan_rewrite_sync(msgs, Policy(), 10_000, counter, MODEL)
+    rewrite = plan_request(msgs, Scope(Policy(), 10_000, counter, MODEL))
     assert needle not in json.dumps(rewrite.mask.messages)  # masking replaced it
     assert rewrite.compaction is not None and 4 in rewrite.compaction.summarize
     res, fake = await run(rewrite.mask.messages, 10_000, originals=msgs,
@@ -155,7 +149,7 @@ async def test_rolling_summary_is_input_to_the_next_compaction() -> None:
 
 async def test_summary_in_user_role_is_not_the_first_user_message() -> None:
     msgs = [system(), summary_message("old facts"), user("The real task."), *conversation()[3:]]
-    plan = plan_compaction(msgs, Policy(), 8_000, TokenCounter(), MODEL)
+    plan = plan_compaction(msgs, Scope(Policy(), 8_000, TokenCounter(), MODEL))
     assert plan is not None
     assert 2 in plan.preserved and 1 in plan.summarize
 
@@ -191,7 +185,7 @@ async def test_parallel_calls_are_never_split() -> None:
                                f"c{t}": words(300, t + 99)})
     pol = policy(keep_ratio=0.15)
     for window in range(4_000, 9_000, 250):
-        plan = plan_compaction(msgs, pol, window, counter, MODEL, force=True)
+        plan = plan_compaction(msgs, Scope(pol, window, counter, MODEL), force=True)
         assert plan is not None and msgs[plan.cut]["role"] == "assistant"
         res, _ = await run(msgs, window, pol, plan=plan, counter=counter)
         assert ordering_problems(res.messages) == []
@@ -211,7 +205,7 @@ async def test_last_user_turn_kept_whole_when_there_is_room() -> None:
     msgs.append(user("Now write the docs."))
     last = len(msgs) - 1
     msgs += tool_turn("read_file", words(600, 3)) + tool_turn("read_file", words(600, 4))
-    plan = plan_compaction(msgs, Policy(), 12_000, TokenCounter(), MODEL)
+    plan = plan_compaction(msgs, Scope(Policy(), 12_000, TokenCounter(), MODEL))
     assert plan is not None and plan.keep_start > last and plan.cut == last
 
 
@@ -221,7 +215,7 @@ async def test_last_user_message_kept_when_its_turn_is_too_big() -> None:
     last = len(msgs) - 1
     for t in range(60):
         msgs += tool_turn("edit", words(200, t))
-    plan = plan_compaction(msgs, Policy(), 15_000, TokenCounter(), MODEL)
+    plan = plan_compaction(msgs, Scope(Policy(), 15_000, TokenCounter(), MODEL))
     assert plan is not None and plan.cut > last and last in plan.preserved
     res, _ = await run(msgs, 15_000, plan=plan)
     assert msgs[last] in res.messages and res.status == "compacted"
@@ -234,7 +228,7 @@ async def test_not_triggered_disabled_and_forced() -> None:
     msgs = conversation(turns=5)
     res, fake = await run(msgs, 5_000)
     assert res.status == "none" and res.messages == msgs and not fake.calls
-    assert plan_compaction(msgs, policy(enabled=False), 1_000, TokenCounter(), MODEL) is None
+    assert plan_compaction(msgs, Scope(policy(enabled=False), 1_000, TokenCounter(), MODEL)) is None
     forced, fake = await run(msgs, 5_000, force=True)
     assert forced.status == "compacted" and fake.calls and forced.plan.forced
 
@@ -333,27 +327,9 @@ async def test_summarizer_errors_propagate_and_stop_the_other_pieces() -> None:
 
     msgs = agent_session(turns=40, output_tokens=1_500)
     with pytest.raises(TimeoutError):
-        await compact(msgs, None, Policy(), 200_000, TokenCounter(), MODEL, flaky, 4_000,
-                      force=True)
+        await compact_list(msgs, None, Policy(), 200_000, TokenCounter(), MODEL, flaky, 4_000,
+                           force=True)
     assert len(started) < 10  # of about 25 pieces: the ones not yet started were cancelled
-
-
-async def test_plan_rewrite_runs_large_inputs_off_the_loop(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    threads: list[int] = []
-    real = pipeline.plan_rewrite_sync
-
-    def recording(*args: Any) -> Any:
-        threads.append(threading.get_ident())
-        return real(*args)
-
-    monkeypatch.setattr(pipeline, "plan_rewrite_sync", recording)
-    counter = TokenCounter()
-    await counter.preload(MODEL)
-    small = await pipeline.plan_rewrite(conversation(turns=2), Policy(), 3_000, counter, MODEL)
-    big = await pipeline.plan_rewrite(conversation(turns=60), Policy(), 3_000, counter, MODEL)
-    assert threads[0] == threading.get_ident() != threads[1]
-    assert small.compaction is None and big.compaction is not None and big.mask.triggered
 
 
 def test_newest_tool_group_is_kept_even_when_larger_than_the_keep_window() -> None:
@@ -362,7 +338,7 @@ def test_newest_tool_group_is_kept_even_when_larger_than_the_keep_window() -> No
     for t in range(12):
         msgs += tool_turn("read_file", words(1500, t), {"path": f"f{t}"})
     # keep window 0.10 × 8,000 = 800 tokens: smaller than the newest 1,500-token result.
-    plan = plan_compaction(msgs, policy(), 8_000, counter, MODEL)
+    plan = plan_compaction(msgs, Scope(policy(), 8_000, counter, MODEL))
     assert plan is not None
     assert plan.cut == len(msgs) - 2  # the newest assistant call and its result stay
     assert msgs[plan.cut].get("tool_calls")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from factories import system, tool_turn, user
 
-from proxy.context.identity import conversation_key, fingerprint_id, prefix_hash, valid_public_id
-from proxy.context.tokens import fingerprint
-from proxy.http.chat import UsageScanner, stated_window
+from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
+from proxy.context.stages.messages import prefix_hash
+from proxy.upstream.usage import UsageScanner, stated_window
 
 
 def test_keys_are_namespaced_by_organization() -> None:
@@ -27,11 +27,10 @@ def test_fingerprint_id_uses_system_and_first_user_only() -> None:
 
 def test_prefix_hash_is_exact() -> None:
     msgs = [system("S"), user("task"), *tool_turn("read_file", "out")]
-    fps = [fingerprint(m) for m in msgs]
-    assert prefix_hash(fps, 3) == prefix_hash([*fps, fingerprint(user("new"))], 3)
-    assert prefix_hash(fps, 3) != prefix_hash(fps, 2)
+    assert prefix_hash(msgs, 3) == prefix_hash([*msgs, user("new")], 3)
+    assert prefix_hash(msgs, 3) != prefix_hash(msgs, 2)
     changed = [*msgs[:2], {**msgs[2], "content": "edited"}, msgs[3]]
-    assert prefix_hash([fingerprint(m) for m in changed], 3) != prefix_hash(fps, 3)
+    assert prefix_hash(changed, 3) != prefix_hash(msgs, 3)
 
 
 def test_public_ids() -> None:

@@ -22,6 +22,7 @@ from factories import (
 
 from proxy.context.stages.mask import is_placeholder, mask_tool_outputs, placeholder
 from proxy.context.stages.ordering import ordering_problems
+from proxy.context.stages.scope import Scope
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy, ProtectedRule
 
@@ -42,7 +43,7 @@ def results(msgs: list[dict[str, Any]]) -> list[int]:
 
 def test_masks_all_but_the_newest_keep_recent() -> None:
     msgs = session()
-    res = mask_tool_outputs(msgs, Policy(), WINDOW, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
     idx = results(msgs)
     assert res.triggered
     assert [m["content"] for m in (res.messages[i] for i in idx[-5:])] == \
@@ -55,7 +56,7 @@ def test_masks_all_but_the_newest_keep_recent() -> None:
 def test_placeholder_names_tool_tokens_and_spill() -> None:
     msgs = session(n=6, size=12_431)
     counter = TokenCounter()
-    res = mask_tool_outputs(msgs, Policy(), 100_000, counter, MODEL)
+    res = mask_tool_outputs(msgs, Scope(Policy(), 100_000, counter, MODEL))
     spill = res.masked[0]
     original = msgs[spill.index]["content"]
     assert spill.id == hashlib.sha256(original.encode()).hexdigest()
@@ -72,14 +73,14 @@ def test_same_output_gets_the_same_spill_id() -> None:
     msgs = [system(), user()]
     for _ in range(8):
         msgs += tool_turn("cat", words(300, 42))
-    res = mask_tool_outputs(msgs, Policy(), 3_000, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(Policy(), 3_000, TokenCounter(), MODEL))
     assert len({s.id for s in res.masked}) == 1 and len(res.masked) == 3
 
 
 def test_structure_is_untouched_and_input_not_mutated() -> None:
     msgs = session()
     frozen = copy.deepcopy(msgs)
-    res = mask_tool_outputs(msgs, Policy(), WINDOW, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
     assert msgs == frozen
     assert len(res.messages) == len(msgs)
     for before, after in zip(msgs, res.messages, strict=True):
@@ -95,11 +96,11 @@ def test_trigger_and_switches() -> None:
     counter = TokenCounter()
     total = counter.count_messages(msgs, MODEL)
     below = int(total / 0.55) + 10  # the transcript is just under 55% of this window
-    assert not mask_tool_outputs(msgs, Policy(), below, counter, MODEL).triggered
-    assert mask_tool_outputs(msgs, Policy(), below - 30, counter, MODEL).triggered
-    assert not mask_tool_outputs(msgs, Policy(), None, counter, MODEL).triggered
+    assert not mask_tool_outputs(msgs, Scope(Policy(), below, counter, MODEL)).triggered
+    assert mask_tool_outputs(msgs, Scope(Policy(), below - 30, counter, MODEL)).triggered
+    assert not mask_tool_outputs(msgs, Scope(Policy(), None, counter, MODEL)).triggered
     off = Policy(masking=MaskingPolicy(enabled=False))
-    res = mask_tool_outputs(msgs, off, WINDOW, counter, MODEL)
+    res = mask_tool_outputs(msgs, Scope(off, WINDOW, counter, MODEL))
     assert not res.triggered and res.messages == msgs and not res.masked
 
 
@@ -114,8 +115,9 @@ def test_worked_example_trigger_on_200k_window() -> None:
         assert counter.count_messages(msgs, MODEL) == total
         return msgs
 
-    assert not mask_tool_outputs(padded(110_000), Policy(), 200_000, counter, MODEL).triggered
-    res = mask_tool_outputs(padded(110_001), Policy(), 200_000, counter, MODEL)
+    assert not mask_tool_outputs(padded(110_000),
+                                        Scope(Policy(), 200_000, counter, MODEL)).triggered
+    res = mask_tool_outputs(padded(110_001), Scope(Policy(), 200_000, counter, MODEL))
     assert res.triggered and len(res.masked) == 3
 
 
@@ -134,7 +136,7 @@ def test_excluded_pinned_and_protected_are_never_masked() -> None:
     msgs += [assistant(None, call), tool_result(call, big, name="notes")]
     msgs += tool_turn("read_file", big)  # the only one to mask
     msgs += tool_turn("read_file", big)  # the newest: kept
-    res = mask_tool_outputs(msgs, policy, 2_000, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(policy, 2_000, TokenCounter(), MODEL))
     idx = results(msgs)
     assert [s.index for s in res.masked] == [idx[-2]]
 
@@ -143,7 +145,7 @@ def test_parallel_results_resolve_their_own_tool_names() -> None:
     msgs = [system(), user(), *parallel_turn({"read_file": words(400), "grep": words(400, 1)})]
     msgs += tool_turn("ls", "a b c") * 1
     policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1))
-    res = mask_tool_outputs(msgs, policy, 1_000, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert [s.tool_name for s in res.masked] == ["read_file", "grep"]
     assert "from grep;" in res.messages[4]["content"]
 
@@ -154,7 +156,7 @@ def test_short_outputs_and_placeholders_stay() -> None:
     msgs += tool_turn("cat", placeholder("cat", 9_999, "ab" * 32))
     msgs += tool_turn("cat", "")
     policy = replace(Policy(), masking=MaskingPolicy(keep_recent=0))
-    res = mask_tool_outputs(msgs, policy, 1_000, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.triggered and res.masked == [] and res.messages == msgs
 
 
@@ -163,7 +165,7 @@ def test_content_parts_are_masked_and_spilled_whole() -> None:
     msgs = [system(), user(), *tool_turn("browse", "x"), *tool_turn("ls", "y")]
     msgs[3]["content"] = parts
     policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1))
-    res = mask_tool_outputs(msgs, policy, 1_000, TokenCounter(), MODEL)
+    res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.masked[0].content == parts
     canonical = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     assert res.masked[0].id == hashlib.sha256(canonical.encode()).hexdigest()
@@ -171,8 +173,9 @@ def test_content_parts_are_masked_and_spilled_whole() -> None:
 
 def test_deterministic_bytes_across_counters() -> None:
     msgs = session(n=12)
-    a = mask_tool_outputs(msgs, Policy(), WINDOW, TokenCounter(), MODEL)
-    b = mask_tool_outputs(json.loads(json.dumps(msgs)), Policy(), WINDOW, TokenCounter(), MODEL)
+    a = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
+    b = mask_tool_outputs(json.loads(json.dumps(msgs)),
+                                                Scope(Policy(), WINDOW, TokenCounter(), MODEL))
     assert json.dumps(a.messages) == json.dumps(b.messages)
 
 
@@ -182,5 +185,5 @@ def test_tools_schemas_count_toward_the_trigger() -> None:
     total = counter.count_messages(msgs, MODEL)
     window = int(total / 0.55) + 10
     schema = [{"type": "function", "function": {"name": "f", "description": words(200)}}]
-    assert not mask_tool_outputs(msgs, Policy(), window, counter, MODEL).triggered
-    assert mask_tool_outputs(msgs, Policy(), window, counter, MODEL, tools=schema).triggered
+    assert not mask_tool_outputs(msgs, Scope(Policy(), window, counter, MODEL)).triggered
+    assert mask_tool_outputs(msgs, Scope(Policy(), window, counter, MODEL, schema)).triggered

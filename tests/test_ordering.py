@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from factories import assistant, developer, parallel_turn, system, tool_call, tool_result, user
 
-from proxy.context.stages.ordering import OrderingError, check_ordering, ordering_problems
+from proxy.context.stages.ordering import OrderingCheck, ordering_problems
 
 
 def test_valid_conversation() -> None:
@@ -16,7 +16,6 @@ def test_valid_conversation() -> None:
             assistant("done"), user("more"), *parallel_turn({"x": "1", "y": "2", "z": "3"}),
             {"role": "function", "name": "legacy", "content": "x"}, assistant("ok")]
     assert ordering_problems(msgs) == []
-    check_ordering(msgs)
 
 
 @pytest.mark.parametrize(
@@ -42,12 +41,19 @@ def test_valid_conversation() -> None:
 def test_violations(messages: list[Any], fragment: str) -> None:
     problems = ordering_problems(messages)
     assert any(fragment in p for p in problems), problems
-    with pytest.raises(OrderingError) as err:
-        check_ordering(messages)
-    assert err.value.problems == problems
 
 
-def test_trailing_calls_can_be_allowed() -> None:
+def test_fed_one_at_a_time_it_finds_the_same() -> None:
+    """The request parser feeds messages during its own walk: same problems, same order."""
+    msgs = [user(), tool_result("x"), assistant(None, tool_call("f", call_id="a")), user(),
+            {"role": "robot"}, assistant(None, tool_call("g", call_id="b"))]
+    check = OrderingCheck()
+    for i, m in enumerate(msgs):
+        check.feed(i, m)
+    assert check.finish() == ordering_problems(msgs)
+    assert len(ordering_problems(msgs)) == 4
+
+
+def test_trailing_calls_are_refused() -> None:
     msgs = [user(), assistant(None, tool_call("f", call_id="a"))]
-    assert ordering_problems(msgs)
-    assert ordering_problems(msgs, allow_trailing_calls=True) == []
+    assert ordering_problems(msgs) == ["messages[1]: tool calls ['a'] never answered"]

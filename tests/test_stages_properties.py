@@ -16,6 +16,7 @@ from typing import Any
 from factories import (
     FakeSummarizer,
     assistant,
+    compact_list,
     developer,
     summary_message,
     system,
@@ -27,8 +28,8 @@ from factories import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.context.stages import apply_summary, compact, mask_tool_outputs
-from proxy.context.stages.mask import is_placeholder
+from proxy.context.stages.compact import apply_summary
+from proxy.context.stages.mask import is_placeholder, mask_tool_outputs
 from proxy.context.stages.messages import (
     called_tools,
     is_protected,
@@ -40,6 +41,7 @@ from proxy.context.stages.messages import (
     tool_names_by_call_id,
 )
 from proxy.context.stages.ordering import ordering_problems
+from proxy.context.stages.scope import Scope
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy, ProtectedRule
 
@@ -176,7 +178,7 @@ def _required(msgs: Msgs, policy: Policy) -> list[int]:
 
 def _check_mask(case: Case) -> Any:
     msgs, policy = case.messages, case.policy
-    res = mask_tool_outputs(msgs, policy, case.window, COUNTER, MODEL)
+    res = mask_tool_outputs(msgs, Scope(policy, case.window, COUNTER, MODEL))
     event(f"masking: {'ran' if res.triggered else 'idle'}, {'some' if res.masked else 'none'}")
     assert ordering_problems(res.messages) == []
     assert len(res.messages) == len(msgs) and res.tokens_after <= res.tokens_before
@@ -190,8 +192,8 @@ def _check_mask(case: Case) -> Any:
                 {k: v for k, v in b.items() if k != "content"}
     for i in _required(msgs, policy):
         assert res.messages[i] == msgs[i]
-    again = mask_tool_outputs(json.loads(json.dumps(msgs)), policy, case.window, TokenCounter(),
-                              MODEL)
+    again = mask_tool_outputs(json.loads(json.dumps(msgs)),
+                              Scope(policy, case.window, TokenCounter(), MODEL))
     assert _dumps(again.messages) == _dumps(res.messages)
     return res
 
@@ -222,8 +224,8 @@ def _check_compaction(case: Case, masked: Msgs, res: Any, fake: FakeSummarizer) 
 
 async def _compact(case: Case, masked: Msgs) -> tuple[Any, FakeSummarizer]:
     fake = FakeSummarizer()
-    res = await compact(masked, case.messages, case.policy, case.window, COUNTER, MODEL, fake,
-                        1_000_000, case.force)
+    res = await compact_list(masked, case.messages, case.policy, case.window, COUNTER, MODEL,
+                             fake, 1_000_000, case.force)
     return res, fake
 
 
@@ -236,7 +238,8 @@ def test_masking_properties(case: Case) -> None:
 @SETTINGS
 @given(cases())
 def test_compaction_properties(case: Case) -> None:
-    masked = mask_tool_outputs(case.messages, case.policy, case.window, COUNTER, MODEL).messages
+    masked = mask_tool_outputs(case.messages,
+                               Scope(case.policy, case.window, COUNTER, MODEL)).messages
     res, fake = asyncio.run(_compact(case, masked))
     _check_compaction(case, masked, res, fake)
 
@@ -255,7 +258,8 @@ def test_single_task_sessions(case: Case) -> None:
 @given(cases(), st.integers(0, 6))
 def test_reapplying_a_stored_summary(case: Case, grow: int) -> None:
     """A stored plan applied to the same prefix plus new turns gives the same head."""
-    masked = mask_tool_outputs(case.messages, case.policy, case.window, COUNTER, MODEL).messages
+    masked = mask_tool_outputs(case.messages,
+                               Scope(case.policy, case.window, COUNTER, MODEL)).messages
     res, _ = asyncio.run(_compact(case, masked))
     if not res.rewritten:
         return

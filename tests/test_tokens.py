@@ -16,9 +16,15 @@ import pytest
 import tiktoken
 from factories import assistant, parallel_turn, system, tool_call, tool_turn, user, words
 
-from proxy.context import tokens
-from proxy.context.offload import OFFLOAD_SWITCH_INTERVAL, run_off_loop
-from proxy.context.tokens import TokenCounter, encoding_name_for
+from proxy.context import token_formula as tokens
+from proxy.context.offload import (
+    OFFLOAD_SWITCH_INTERVAL,
+    offload_for,
+    run_inline,
+    run_off_loop,
+)
+from proxy.context.token_formula import encoding_name_for
+from proxy.context.tokens import TokenCounter
 
 MIXED_CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 40,
@@ -212,23 +218,23 @@ def test_concurrent_counting_is_consistent() -> None:
     assert got == expected * 3
 
 
-def test_async_count_runs_large_inputs_off_the_loop() -> None:
-    seen: list[int] = []
+def test_big_or_unloaded_inputs_are_offloaded() -> None:
+    c = TokenCounter(offload_chars=1000)
+    assert c.needs_offload([user("small")], "gpt-4o")  # the encoding is not loaded yet
+    c.encoding("gpt-4o")
+    assert not c.needs_offload([user("small")], "gpt-4o")
+    assert c.needs_offload([user(words(2000))], "gpt-4o")
+    assert c.needs_offload([user("small")], "gpt-4o", size=5000)  # a known body size decides
+    assert offload_for(True) is run_off_loop and offload_for(False) is run_inline
 
-    class Recording(TokenCounter):
-        def count_messages(self, messages: Any, model: str, tools: Any = None) -> int:
-            seen.append(threading.get_ident())
-            return super().count_messages(messages, model, tools)
 
-    async def run() -> None:
-        c = Recording(offload_chars=1000)
-        c.encoding("gpt-4o")
-        await c.count_messages_async([user("small")], "gpt-4o")
-        await c.count_messages_async([user(words(2000))], "gpt-4o")
+def test_offloaded_work_runs_in_a_thread_and_inline_work_does_not() -> None:
+    async def run() -> tuple[int, int]:
+        return (await run_off_loop(threading.get_ident),
+                await run_inline(threading.get_ident))
 
-    asyncio.run(run())
-    main = threading.get_ident()
-    assert seen[0] == main and seen[1] != main
+    worker, inline = asyncio.run(run())
+    assert worker != threading.get_ident() == inline
 
 
 def test_split_and_truncate() -> None:

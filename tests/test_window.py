@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from proxy.context.window import WindowResolver, compaction_window, litellm_window, parse_models
+from proxy.context.stages.scope import Scope
+from proxy.context.tokens import TokenCounter
+from proxy.context.window import WindowResolver, litellm_window, parse_models
 from proxy.policy.model import Policy
 
 POLICY = Policy(models={"my-llama": 32_768})
@@ -123,6 +125,7 @@ def test_litellm_window_is_offline_and_real() -> None:
 
 
 def test_compaction_window_falls_back() -> None:
-    assert compaction_window(None, Policy()) == 200_000
-    assert compaction_window(None, Policy(fallback_window=50_000)) == 50_000
-    assert compaction_window(32_768, Policy()) == 32_768
+    counter = TokenCounter()
+    assert Scope(Policy(), None, counter, "m").compaction_window == 200_000
+    assert Scope(Policy(fallback_window=50_000), None, counter, "m").compaction_window == 50_000
+    assert Scope(Policy(), 32_768, counter, "m").compaction_window == 32_768

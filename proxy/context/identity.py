@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.context.tokens import fingerprint
+from proxy.context.token_formula import fingerprint
 
 MAX_ID_LENGTH = 256
 
@@ -42,12 +42,3 @@ def fingerprint_id(org: str, messages: Sequence[Mapping[str, Any]]) -> str:
 
 def valid_public_id(value: str) -> bool:
     return 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
-
-
-def prefix_hash(fingerprints: Sequence[bytes], n: int) -> str:
-    """Hash of the exact first ``n`` messages, from their fingerprints."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(n.to_bytes(8, "little"))
-    for fp in fingerprints[:n]:
-        h.update(fp)
-    return h.hexdigest()

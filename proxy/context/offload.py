@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 # While work runs off the loop, the interpreter switches threads at least this often, so the
 # loop thread never waits the default 5 ms for the GIL behind a worker's pure-Python stretch.
@@ -35,3 +35,19 @@ async def run_off_loop(fn: Callable[..., T], *args: Any) -> T:
         _offloaded -= 1
         if _offloaded == 0:
             sys.setswitchinterval(_saved_interval)
+
+
+class Offload(Protocol):
+    """How a request's blocking work runs: decided once per request, at the service edge."""
+
+    async def __call__(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+async def run_inline(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` on the loop: for work too small to be worth a thread hop."""
+    return fn(*args)
+
+
+def offload_for(big: bool) -> Offload:
+    """``run_off_loop`` for big inputs, ``run_inline`` for the rest."""
+    return run_off_loop if big else run_inline

@@ -1,10 +1,10 @@
-"""The live context pipeline of ``POST /v1/chat/completions`` (SPEC sections 3–6).
+"""The managed path of ``POST /v1/chat/completions`` (SPEC sections 3–6), at the service edge.
 
-For each request: resolve policy and window; apply the conversation's stored compaction when its
-covered prefix matches (reuse, no LLM call); mask; compact when the trigger is crossed (one
-summary call per conversation and prefix, shared by concurrent requests); report what was done.
-The stages themselves are pure (``proxy.context.stages``); this module does the I/O around them: the
-store, the summary call and the metrics.
+``prepare`` resolves who asks, the conversation, the policy (corrected by the upstream's usage),
+the window and the stored compaction, and decides once whether the request's blocking work runs
+in a thread. ``manage`` runs the pure ``plan`` and then executes it: spills, one summary per
+conversation and prefix shared by concurrent requests (single flight), the divider, metrics,
+and one frozen ``ContextReport``. ``record_usage`` feeds the upstream's count back.
 """
 
 from __future__ import annotations
@@ -12,306 +12,176 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
 
 from proxy.auth import Principal
-from proxy.context.identity import conversation_key, fingerprint_id, prefix_hash, valid_public_id
-from proxy.context.offload import run_off_loop
+from proxy.context.compaction import Compacted, compact
+from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
+from proxy.context.job import ChatRequest, Job
+from proxy.context.offload import offload_for
 from proxy.context.records import CompactionRecord, Records
-from proxy.context.stages.compact import CompactionResult, compact, summary_message
-from proxy.context.stages.plan import RewritePlan, plan_rewrite_sync
-from proxy.context.stages.summary import Summarizer, SummaryFailed
-from proxy.context.summarizer import make_summarizer
-from proxy.context.tokens import TokenCounter, fingerprint
-from proxy.context.window import WindowResolver, compaction_window
+from proxy.context.report import ContextReport, Outcome
+from proxy.context.stages.plan import Plan, plan
+from proxy.context.stages.scope import Scope
+from proxy.context.stages.summary import SummaryFailed
+from proxy.context.summarizer import Summarizer, make_summarizer
+from proxy.context.tokens import TokenCounter
+from proxy.context.usage import UsageCorrection
+from proxy.context.window import WindowResolver
 from proxy.errors import bad_request
 from proxy.metrics import Metrics
-from proxy.policy.model import Policy
+from proxy.policy.service import PolicyService
 
 log = logging.getLogger("context_proxy.context")
 
-_RATIO_BOUNDS = (0.5, 2.0)  # how far the upstream's own count may correct our estimate
-
-
-@dataclass
-class Managed:
-    """What the pipeline decided for one request."""
-
-    conversation_id: str
-    key: str
-    messages: list[dict[str, Any]] | None  # None: forward the client's messages untouched
-    tokens_before: int
-    tokens_after: int
-    estimate_after: int  # uncorrected estimate of what is sent, for the usage correction
-    window: int
-    masked: int
-    outcome: str  # none | auto | manual | reused | failed | insufficient
-    divider: CompactionRecord | None = None
-    retried: str | None = None
-
-    def response_headers(self) -> dict[str, str]:
-        h = {"X-Conversation-Id": self.conversation_id,
-             "X-Context-Tokens-Before": str(self.tokens_before),
-             "X-Context-Tokens-After": str(self.tokens_after),
-             "X-Context-Window": str(self.window),
-             "X-Context-Masked": str(self.masked),
-             "X-Context-Compaction": self.outcome}
-        if self.divider is not None:
-            h["X-Context-Divider-Id"] = self.divider.id
-        if self.retried:
-            h["X-Context-Retried"] = self.retried
-        return h
-
-    def sse_comment(self) -> bytes:
-        """The SSE comment line streamed first when a compaction ran (parsers ignore it)."""
-        if self.divider is None or self.outcome not in ("auto", "manual"):
-            return b""
-        return (f": context-compacted kind={self.outcome} divider={self.divider.id} "
-                f"tokens_before={self.tokens_before} tokens_after={self.tokens_after}\n\n"
-                ).encode()
-
-
-@dataclass
-class _View:
-    """The client's messages with the stored compaction applied (or not)."""
-
-    messages: list[dict[str, Any]]
-    origin: list[int]  # client index of each message; -1 for the summary message
-    record: CompactionRecord | None
-
-
-def _prefix_hash(messages: Sequence[Mapping[str, Any]], n: int) -> str:
-    return prefix_hash([fingerprint(m) for m in messages[:n]], n)
+Flight = tuple[str, str]  # (conversation key, prefix hash)
 
 
 class ContextService:
     def __init__(self, *, counter: TokenCounter, windows: WindowResolver, records: Records,
-                 metrics: Metrics, upstream_url: str) -> None:
+                 metrics: Metrics, policies: PolicyService, upstream_url: str) -> None:
         self.counter = counter
         self.windows = windows
         self.records = records
         self.metrics = metrics
+        self.policies = policies
         self.upstream_url = upstream_url
-        self._inflight: dict[tuple[str, str], asyncio.Future[CompactionRecord | None]] = {}
-        self._scaled: dict[tuple[int, float], tuple[Policy, Policy]] = {}
+        self.usage = UsageCorrection(records)
+        self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
 
-    # --- identity and policy --------------------------------------------------------------------
+    # --- prepare --------------------------------------------------------------------------------
 
     def identify(self, principal: Principal, header: str | None,
-                 messages: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+                 request: ChatRequest) -> tuple[str, str]:
+        """(public conversation id, stored key): the header's id, else a fingerprint."""
         if header is not None:
             if not valid_public_id(header):
                 raise bad_request("'X-Conversation-Id' must be 1–256 printable characters.",
                                   param="X-Conversation-Id")
             public = header
         else:
-            public = fingerprint_id(principal.org, messages)
+            public = fingerprint_id(principal.org, request.messages)
         return public, conversation_key(principal.org, public)
 
-    def _corrected(self, key: str, policy: Policy) -> tuple[Policy, float]:
-        """The policy with triggers scaled by what the upstream's usage said of our estimates."""
-        usage = self.records.usage(key)
-        if usage is None:
-            return policy, 1.0
-        ratio = min(max(usage.prompt_tokens / usage.estimate, _RATIO_BOUNDS[0]), _RATIO_BOUNDS[1])
-        ratio = round(ratio, 2)  # steps of 1%: finer is noise, and it keeps the memo small
-        if ratio == 1.0:
-            return policy, 1.0
-        memo = (id(policy), ratio)
-        hit = self._scaled.get(memo)
-        if hit is None or hit[0] is not policy:
-            m, c = policy.masking, policy.compaction
-            scaled = replace(
-                policy,
-                masking=replace(m, trigger_ratio=min(1.0, m.trigger_ratio / ratio)),
-                compaction=replace(c, trigger_ratio=min(1.0, c.trigger_ratio / ratio),
-                                   keep_ratio=min(1.0, c.keep_ratio / ratio)))
-            if len(self._scaled) > 4096:
-                self._scaled.clear()
-            hit = self._scaled[memo] = (policy, scaled)
-        return hit[1], ratio
+    async def prepare(self, principal: Principal, request: ChatRequest, header: str | None, *,
+                      manual: bool = False, conversation: tuple[str, str] | None = None
+                      ) -> Job:
+        """Everything about the request that a retry keeps. ``conversation`` (public id, key)
+        skips identification when the caller already knows it."""
+        public, key = conversation or self.identify(principal, header, request)
+        policy = self.policies.resolve(principal.org, principal.user)
+        window = await self.windows.window(request.model, policy)
+        corrected, ratio = self.usage.corrected(key, policy)
+        big = self.counter.needs_offload(request.messages, request.model, len(request.raw))
+        return Job(principal, request, public, key, policy,
+                   Scope(corrected, window, self.counter, request.model, request.tools), ratio,
+                   self.records.latest(key), offload_for(big), force=manual,
+                   kind="manual" if manual else "auto")
 
-    # --- the pipeline ---------------------------------------------------------------------------
+    # --- plan and execute -----------------------------------------------------------------------
 
-    async def manage(self, principal: Principal, policy: Policy, body: Mapping[str, Any],
-                     conversation: tuple[str, str], *, force: bool = False,
-                     kind: str = "auto", retried: str | None = None,
-                     size: int | None = None) -> Managed:
-        """Run the pipeline for one request; never raises for a failed summary (fail-open).
-
-        ``size`` (the request body's length, when known) decides cheaply whether the counting
-        goes to a worker thread."""
-        public, key = conversation
-        model: str = body["model"]
-        messages: list[dict[str, Any]] = body["messages"]
-        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-        window = await self.windows.window(model, policy)
-        cpolicy, ratio = self._corrected(key, policy)
-        record = self.records.latest(key)
-        args = (messages, cpolicy, window, model, tools, force, record)
-        if self.counter.needs_offload(messages, model, size):
-            view, plan, before = await run_off_loop(self._plan, *args)
+    async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
+        """Plan and execute one request; a failed summary never raises (fail-open)."""
+        p = await job.offload(plan, job.request.messages, job.scope, job.prior, job.force)
+        await self.records.ensure(job.principal.org, job.key)
+        if p.mask.masked:
+            await self.records.add_spills(job.principal.org, job.key, p.mask.masked,
+                                          job.policy.masking.spill_retention)
+        if p.action == "summarize":
+            report = await self._compact(job, p, retried)
         else:
-            view, plan, before = self._plan(*args)
-        managed = Managed(public, key, None, before, plan.tokens_after_mask,
-                          plan.tokens_after_mask, compaction_window(window, policy),
-                          len(plan.mask.masked), "reused" if view.record else "none",
-                          retried=retried)
-        await self.records.ensure(principal.org, key)
-        if plan.mask.masked:
-            await self.records.add_spills(principal.org, key, plan.mask.masked,
-                                          policy.masking.spill_retention)
-        result = await self._maybe_compact(principal, cpolicy, body, view, plan, managed,
-                                           window, force, kind)
-        if isinstance(result, CompactionRecord):  # another request made it: apply it here
-            view = self._apply_record(messages, result, cpolicy)
-            plan = await run_off_loop(plan_rewrite_sync, view.messages, cpolicy, window,
-                                      self.counter, model, tools)
-            result = None
-        rewritten = result is not None and result.rewritten
-        if view.record or plan.mask.masked or rewritten:
-            managed.messages = result.messages if result is not None and rewritten \
-                else plan.mask.messages
-        managed.masked = len(plan.mask.masked)
-        managed.estimate_after = result.tokens_after if result is not None and rewritten \
-            else plan.tokens_after_mask
-        managed.tokens_before = round(before * ratio)
-        managed.tokens_after = round(managed.estimate_after * ratio)
-        self._observe(principal, model, managed, plan)
-        return managed
+            report = self._report(job, p, "insufficient" if p.action == "insufficient"
+                                  else ("reused" if p.view.prior else "none"), retried)
+        self._observe(job, report, p)
+        return report
 
-    def _plan(self, messages: list[dict[str, Any]], policy: Policy, window: int | None,
-              model: str, tools: list[Any] | None, force: bool,
-              record: CompactionRecord | None) -> tuple[_View, RewritePlan, int]:
-        """The blocking part: fingerprints, reuse, masking and the compaction plan."""
-        view = self._apply_record(messages, record, policy)
-        plan = plan_rewrite_sync(view.messages, policy, window, self.counter, model, tools,
-                                 force)
-        before = self.counter.count_messages(messages, model, tools) if view.record \
-            else plan.tokens_before
-        return view, plan, before
+    async def retry_overflow(self, job: Job, stated_limit: int | None) -> ContextReport:
+        """The reactive safety net: the upstream refused the request as too long; learn the
+        limit it stated, compact regardless of the trigger and plan once more (never again)."""
+        if stated_limit is not None:
+            self.windows.learn(job.request.model, stated_limit)
+        window = await self.windows.window(job.request.model, job.policy)
+        return await self.manage(job.forced(window), retried="context_length_exceeded")
 
-    def _apply_record(self, messages: list[dict[str, Any]], record: CompactionRecord | None,
-                      policy: Policy) -> _View:
-        n = len(messages)
-        if record is not None and record.covered <= n:
-            fps = [fingerprint(m) for m in messages[:record.covered]]
-            if prefix_hash(fps, record.covered) == record.prefix_hash:
-                summary = summary_message(record.summary, policy)
-                return _View([*(messages[i] for i in record.preserved), summary,
-                              *messages[record.covered:]],
-                             [*record.preserved, -1, *range(record.covered, n)], record)
-        return _View(messages, list(range(n)), None)
+    def _report(self, job: Job, p: Plan, outcome: Outcome, retried: str | None, *,
+                compacted: Compacted | None = None,
+                divider: CompactionRecord | None = None) -> ContextReport:
+        messages = compacted.messages if compacted is not None else \
+            (p.mask.messages if p.changed else None)
+        estimate = compacted.tokens_after if compacted is not None else p.tokens_after_mask
+        return ContextReport(job.conversation_id, messages, round(p.tokens_before * job.ratio),
+                             round(estimate * job.ratio), estimate,
+                             job.scope.compaction_window, len(p.mask.masked), outcome,
+                             divider, retried)
 
-    async def _maybe_compact(self, principal: Principal, policy: Policy,
-                             body: Mapping[str, Any], view: _View, plan: RewritePlan,
-                             managed: Managed, window: int | None, force: bool, kind: str
-                             ) -> CompactionResult | CompactionRecord | None:
-        """Compact when planned; a ``CompactionRecord`` means a concurrent request made it."""
-        cplan = plan.compaction
-        if cplan is None:
-            return None
-        summary_pos = len(view.record.preserved) if view.record else -1
-        if not cplan.summarizable or cplan.cut <= summary_pos:
-            managed.outcome = "insufficient"
-            return None
-        last = view.record
-        if not force and last is not None and last.status == "insufficient" and \
-                plan.tokens_after_mask < last.tokens_after + cplan.keep_budget:
-            # No loops: the last summary could not get under the trigger; wait for a keep
-            # window's worth of new messages before paying for another.
-            managed.outcome = "insufficient"
-            return None
-        messages: list[dict[str, Any]] = body["messages"]
-        covered = view.origin[cplan.cut] if cplan.cut < len(view.origin) else len(messages)
-        preserved = tuple(view.origin[i] for i in cplan.preserved if view.origin[i] >= 0)
-        phash = await run_off_loop(_prefix_hash, messages, covered)  # megabytes to hash
-        flight = (managed.key, phash)
-        if flight in self._inflight:
-            return await self._follow(flight, managed)
+    async def _compact(self, job: Job, p: Plan, retried: str | None) -> ContextReport:
+        flight = (job.key, p.prefix_hash)
+        if flight in self._inflight:  # another request of this conversation is making it
+            record = await asyncio.shield(self._inflight[flight])
+            if record is None:
+                return self._report(job, p, "failed", retried)
+            shared = await job.offload(plan, job.request.messages, job.scope, record)
+            return self._report(job, shared, "reused", retried)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()
         self._inflight[flight] = future
         try:
-            result, record = await self._summarize(principal, policy, body, view, plan, managed,
-                                                   window, kind, covered, preserved, phash)
+            report, record = await self._summarize(job, p, retried)
             future.set_result(record)
-            return result
+            return report
         except BaseException:
             future.set_result(None)  # followers report "failed" and go on, like the leader
             raise
         finally:
             del self._inflight[flight]
 
-    async def _follow(self, flight: tuple[str, str], managed: Managed
-                      ) -> CompactionRecord | None:
-        """Wait for the compaction another request of this conversation is making; share it."""
-        record = await asyncio.shield(self._inflight[flight])
-        managed.outcome = "failed" if record is None else "reused"
-        return record
-
-    async def _summarize(self, principal: Principal, policy: Policy, body: Mapping[str, Any],
-                         view: _View, plan: RewritePlan, managed: Managed, window: int | None,
-                         kind: str, covered: int, preserved: tuple[int, ...], phash: str
-                         ) -> tuple[CompactionResult | None, CompactionRecord | None]:
-        model: str = body["model"]
-        cp = policy.compaction
-        summary_model = cp.summary_model or model
-        summarize = self._summarizer(principal, summary_model, cp.summary_timeout_s)
-        summary_window = await self.windows.window(summary_model, policy)
+    async def _summarize(self, job: Job, p: Plan, retried: str | None
+                         ) -> tuple[ContextReport, CompactionRecord | None]:
+        cp = job.policy.compaction
+        summary_model = cp.summary_model or job.request.model
+        summary_scope = Scope(job.scope.policy,
+                              await self.windows.window(summary_model, job.policy),
+                              self.counter, summary_model)
         started = time.perf_counter()
         try:
-            result = await compact(plan.mask.messages, view.messages, policy, window,
-                                   self.counter, model, summarize, summary_window,
-                                   tools=body.get("tools"), plan=plan.compaction,
-                                   summary_model=summary_model)
+            assert p.compaction is not None
+            done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
+                                 self._summarizer(job, summary_model), summary_scope,
+                                 job.offload)
         except (SummaryFailed, TimeoutError, ValueError) as e:
-            log.warning("compaction failed for a conversation of %s: %s", principal.org, e)
+            log.warning("compaction failed for a conversation of %s: %s", job.principal.org, e)
+            return self._report(job, p, "failed", retried), None
+        finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
-            managed.outcome = "failed"
-            return None, None
-        self.metrics.summary_duration.observe(time.perf_counter() - started)
-        if not result.rewritten or result.summary is None:
-            managed.outcome = "insufficient"
-            return result, None
-        summary_tokens = self.counter.text_tokens(result.summary, model)
+        if not done.gain:
+            return self._report(job, p, "insufficient", retried), None
+        summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
         self.metrics.summary_tokens.inc(summary_tokens)
         record = await self.records.add_compaction(
-            principal.org, managed.key, kind=kind, prefix_hash=phash, covered=covered,
-            preserved=preserved, summary=result.summary, summary_model=summary_model,
-            summary_tokens=summary_tokens, tokens_before=managed.tokens_before,
-            tokens_after=result.tokens_after,
-            status="insufficient" if result.status == "insufficient" else "compacted")
-        managed.divider = record
-        managed.outcome = "insufficient" if result.status == "insufficient" else kind
-        return result, record
+            job.principal.org, job.key, kind=job.kind, prefix_hash=p.prefix_hash,
+            covered=p.covered, preserved=p.preserved, summary=done.summary,
+            summary_model=summary_model, summary_tokens=summary_tokens,
+            tokens_before=p.tokens_before, tokens_after=done.tokens_after, status=done.status)
+        outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
+        return self._report(job, p, outcome, retried, compacted=done, divider=record), record
 
-    def _summarizer(self, principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        return make_summarizer(self.upstream_url, principal.upstream_key, model, principal.org,
-                               timeout_s)
+    def _summarizer(self, job: Job, model: str) -> Summarizer:
+        return make_summarizer(self.upstream_url, job.principal.upstream_key, model,
+                               job.principal.org, job.policy.compaction.summary_timeout_s)
 
-    def _observe(self, principal: Principal, model: str, managed: Managed,
-                 plan: RewritePlan) -> None:
+    def _observe(self, job: Job, report: ContextReport, p: Plan) -> None:
         m = self.metrics
-        label = m.model_label(model)
-        m.tokens_received.labels(principal.org, label).inc(managed.tokens_before)
-        m.tokens_sent.labels(principal.org, label).inc(managed.tokens_after)
-        if plan.mask.masked:
-            m.masked_results.labels(principal.org).inc(len(plan.mask.masked))
-            m.masked_tokens.labels(principal.org).inc(plan.mask.tokens_freed)
-        if managed.outcome != "none":
-            m.compactions.labels(managed.outcome).inc()
+        org = job.principal.org
+        m.tokens(org, job.request.model, report.tokens_before, report.tokens_after)
+        if p.mask.masked:
+            m.masked_results.labels(org).inc(len(p.mask.masked))
+            m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
+        if report.outcome != "none":
+            m.compactions.labels(report.outcome).inc()
 
-    async def record_usage(self, principal: Principal, managed: Managed,
-                           prompt_tokens: int) -> None:
+    # --- after the answer -----------------------------------------------------------------------
+
+    async def record_usage(self, job: Job, report: ContextReport, prompt_tokens: int) -> None:
         """Correct later estimates of this conversation with the upstream's own count."""
-        if prompt_tokens <= 0 or managed.estimate_after <= 0:
-            return
-        old = self.records.usage(managed.key)
-        if old is not None and abs(prompt_tokens / managed.estimate_after -
-                                   old.prompt_tokens / old.estimate) < 0.01:
-            return  # unchanged: spare the disk a write per turn
-        await self.records.record_usage(principal.org, managed.key, prompt_tokens,
-                                        managed.estimate_after)
+        await self.usage.record(job.principal.org, job.key, prompt_tokens,
+                                report.estimate_after)
+

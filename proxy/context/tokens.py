@@ -16,34 +16,17 @@ from typing import Any
 
 import tiktoken
 
-from proxy.context.offload import run_off_loop
 from proxy.context.token_formula import (
-    AUDIO_TOKENS,
-    CHUNK_CHARS,
     DEFAULT_ENCODING,
-    IMAGE_TOKENS,
-    IMAGE_TOKENS_LOW,
-    PER_MESSAGE,
-    PER_NAME,
-    PER_TOOL_CALL,
     PER_TOOL_SCHEMA,
     REPLY_PRIMING,
     TOOLS_PREAMBLE,
     approx_chars,
     cache_key,
-    configure_tiktoken_cache,
     count_text,
     encode_message,
     encoding_name_for,
-    fingerprint,
 )
-
-__all__ = [
-    "AUDIO_TOKENS", "CHUNK_CHARS", "DEFAULT_ENCODING", "IMAGE_TOKENS", "IMAGE_TOKENS_LOW",
-    "OFFLOAD_CHARS", "PER_MESSAGE", "PER_NAME", "PER_TOOL_CALL", "PER_TOOL_SCHEMA",
-    "REPLY_PRIMING", "TOOLS_PREAMBLE", "TokenCounter", "configure_tiktoken_cache", "count_text",
-    "encoding_name_for", "fingerprint", "run_off_loop",
-]
 
 # Content above this many characters is counted off the event loop.
 OFFLOAD_CHARS = 64_000
@@ -81,7 +64,8 @@ class TokenCounter:
         return name
 
     def encoding(self, model: str) -> tiktoken.Encoding:
-        """The model's encoding, loaded on first use (slow: do it off the loop, see ``preload``)."""
+        """The model's encoding, loaded on first use (slow: the service offloads a request whose
+        encoding is not loaded yet)."""
         name = self.encoding_name(model)
         enc = self._encodings.get(name)
         if enc is None:
@@ -97,11 +81,6 @@ class TokenCounter:
 
     def is_loaded(self, model: str) -> bool:
         return self.encoding_name(model) in self._encodings
-
-    async def preload(self, model: str) -> None:
-        """Load the model's encoding in a worker thread so the loop never waits on it."""
-        if not self.is_loaded(model):
-            await run_off_loop(self.encoding, model)
 
     # counting
 
@@ -171,14 +150,6 @@ class TokenCounter:
         if not self.is_loaded(model):
             return True
         return (size if size is not None else approx_chars(messages)) > self.offload_chars
-
-    async def count_messages_async(
-        self, messages: Sequence[Message], model: str, tools: Sequence[Any] | None = None
-    ) -> int:
-        """``count_messages`` that runs in a worker thread when the input is large."""
-        if self.needs_offload(messages, model):
-            return await run_off_loop(self.count_messages, messages, model, tools)
-        return self.count_messages(messages, model, tools)
 
     # text surgery for the summarizer
 

@@ -3,7 +3,7 @@
 Order, first that answers: the policy's ``models`` table → the upstream's ``/v1/models`` metadata
 (``context_length``, ``max_model_len``, ``context_window``; cached with a TTL) → litellm's model
 info (``max_input_tokens``) → unknown (``None``). Masking runs only on a known window; compaction
-uses ``compaction_window``, which falls back to the policy's ``fallback_window``.
+uses the window, or the policy's ``fallback_window`` when it is unknown (``Scope``).
 
 Model names are looked up as given, then without a provider prefix (``openai/gpt-4o`` →
 ``gpt-4o``), because clients often address models through litellm-style names.
@@ -28,11 +28,6 @@ LitellmLookup = Callable[[str], int | None]
 
 WINDOW_FIELDS = ("context_length", "max_model_len", "context_window", "max_context_length")
 _NESTED = ("meta", "metadata", "top_provider")  # where some providers put the same fields
-
-
-def compaction_window(window: int | None, policy: Policy) -> int:
-    """The window compaction works against: the known window, else ``policy.fallback_window``."""
-    return window if window else policy.fallback_window
 
 
 def _candidates(model: str) -> list[str]:

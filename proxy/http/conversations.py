@@ -1,19 +1,21 @@
-"""``/v1/conversations/{id}/…``: dividers, spills and manual compaction.
+"""A conversation's records: ``GET .../dividers``, ``GET .../spills/{id}`` and manual compaction
+``POST .../compact`` under ``/v1/conversations/{conversation_id}`` (SPEC sections 4 and 6).
 
-Every route resolves the conversation within the caller's organization, so another
-organization's conversation (even under the same ``X-Conversation-Id``) answers 404: ids never
-leak across organizations.
+A conversation is addressed within the caller's own organization (its stored key is namespaced
+by organization), so another organization's conversation answers 404 like a missing one.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from proxy.context import manual
 from proxy.context.identity import conversation_key, valid_public_id
 from proxy.errors import ApiError, bad_request
-from proxy.http.chat import check_ordering, read_body, require_assistant_turn, require_manual
-from proxy.http.parse import check_chat_request, parse_json_object
+from proxy.http.parse import read_chat
 from proxy.state import STATE
+
+_NOT_FOUND = ApiError(404, "No such conversation.", code="conversation_not_found")
 
 
 def _conversation(request: web.Request) -> tuple[str, str]:
@@ -21,10 +23,10 @@ def _conversation(request: web.Request) -> tuple[str, str]:
     principal = state.auth.authenticate(request)
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
-        raise ApiError(404, "No such conversation.", code="conversation_not_found")
+        raise _NOT_FOUND
     key = conversation_key(principal.org, public)
     if not state.context.records.exists(key):
-        raise ApiError(404, "No such conversation.", code="conversation_not_found")
+        raise _NOT_FOUND
     return public, key
 
 
@@ -46,31 +48,29 @@ async def compact_now(request: web.Request) -> web.Response:
     """Manual compaction: the same policy, regardless of the trigger (SPEC section 6)."""
     state = request.app[STATE]
     principal = state.auth.authenticate(request)
-    require_manual(state)
+    manual.require_enabled(state.settings.manual_compaction)
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
         raise bad_request("The conversation id must be 1–256 printable characters.")
-    body = parse_json_object(await read_body(request, state.settings.max_body_bytes))
-    check_chat_request(body)
-    check_ordering(body)
-    require_assistant_turn(body["messages"])
+    chat = await read_chat(request, state.settings.max_body_bytes)
+    manual.require_assistant_turn(chat.messages)
     key = conversation_key(principal.org, public)
     if not state.context.records.exists(key):
-        raise ApiError(404, "No such conversation.", code="conversation_not_found")
-    policy = state.policies.resolve(principal.org, principal.user)
-    managed = await state.context.manage(principal, policy, body, (public, key), force=True,
-                                         kind="manual")
-    if managed.outcome == "failed":
+        raise _NOT_FOUND
+    job = await state.context.prepare(principal, chat, None, manual=True,
+                                      conversation=(public, key))
+    report = await state.context.manage(job)
+    if report.outcome == "failed":
         raise ApiError(502, "The summary could not be made; the conversation is unchanged.",
                        code="compaction_failed")
-    if managed.divider is None:
+    if report.divider is None:
         raise ApiError(409, "Nothing to compact yet: every message is kept verbatim.",
                        code="nothing_to_compact")
     return web.json_response({
         "object": "conversation.compaction", "conversation_id": public,
-        "status": managed.outcome, "messages": managed.messages,
-        "divider": managed.divider.divider(), "tokens_before": managed.tokens_before,
-        "tokens_after": managed.tokens_after}, headers=managed.response_headers())
+        "status": report.outcome, "messages": report.messages,
+        "divider": report.divider.divider(), "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after}, headers=report.headers())
 
 
 def add_routes(app: web.Application) -> None:

@@ -26,8 +26,7 @@ from aiohttp import web
 
 from proxy.auth import Principal
 from proxy.errors import bad_request
-from proxy.http.chat import read_body
-from proxy.http.parse import parse_json_object
+from proxy.http.parse import parse_json_object, read_body
 from proxy.rerank.order import Outcome, build_messages, merge, plan, relevance_scores, rerank_order
 from proxy.state import STATE, ProxyState
 

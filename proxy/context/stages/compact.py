@@ -1,7 +1,8 @@
 """Stage 2, compaction (SPEC section 5): plan a cut, summarize what is before it, rewrite.
 
-``plan_compaction`` decides, ``compact`` runs the summarizer and ``apply_summary`` rebuilds the
-list, so the live path can store a plan with its summary and apply it again to later requests.
+``plan_compaction`` decides and ``apply_summary`` rebuilds the list around a summary; the summary
+call itself happens at the service edge (``proxy.context.compaction``), so the live path can store
+a plan with its summary and apply it again to later requests.
 
 What is before the cut and always kept verbatim: every system/developer message, the first user
 message (``compaction.protect_first_user``), protected messages (``compaction.protected``), and
@@ -27,10 +28,9 @@ list is not used (status ``insufficient``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.offload import run_off_loop
 from proxy.context.stages.messages import (
     as_dicts,
     called_tools,
@@ -42,13 +42,8 @@ from proxy.context.stages.messages import (
     result_tool_name,
     tool_names_by_call_id,
 )
-from proxy.context.stages.summary import Summarizer, SummaryFailed, summarize_messages
-from proxy.context.tokens import TokenCounter
-from proxy.context.window import compaction_window
+from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
-
-__all__ = ["CompactionPlan", "CompactionResult", "SummaryFailed", "apply_summary", "compact",
-           "plan_compaction", "plan_compaction_async"]
 
 SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
 
@@ -79,27 +74,6 @@ class CompactionPlan:
     def summarizable(self) -> bool:
         """Whether anything new (not just an earlier summary) would be summarized."""
         return self.new_messages > 0
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    """What ``compact`` did. ``status``: ``none`` (not triggered), ``compacted``, or
-    ``insufficient`` (nothing to summarize, the summary did not shrink the list, or the
-    rewritten list is still over the trigger). ``summary`` is set when ``messages`` was
-    rewritten; ``covered`` is the number of input messages the summary replaced a prefix of."""
-
-    status: str
-    messages: list[dict[str, Any]]
-    tokens_before: int
-    tokens_after: int
-    summary: str | None = None
-    covered: int = 0
-    plan: CompactionPlan | None = None
-    summary_calls: int = 0
-
-    @property
-    def rewritten(self) -> bool:
-        return self.summary is not None
 
 
 def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
@@ -140,27 +114,25 @@ def _keep_start(tokens: Sequence[int], budget: float) -> int:
 
 def plan_compaction(
     messages: Sequence[Mapping[str, Any]],
-    policy: Policy,
-    window: int | None,
-    counter: TokenCounter,
-    model: str,
+    scope: Scope,
+    *,
     force: bool = False,
-    tools: Sequence[Any] | None = None,
     message_tokens: Sequence[int] | None = None,
 ) -> CompactionPlan | None:
     """The compaction plan, or ``None`` when compaction is disabled or not triggered.
 
-    ``window`` is the discovered window (``None`` when unknown: the fallback applies).
+    The scope's window may be unknown (``None``): the fallback window applies.
     ``force`` (manual compaction) skips the trigger, not ``compaction.enabled``.
     ``message_tokens`` may pass counts already made (e.g. ``MaskResult.message_tokens``).
     """
+    policy = scope.policy
     cp = policy.compaction
     if not cp.enabled or not messages:
         return None
-    w = compaction_window(window, policy)
+    w = scope.compaction_window
     tokens = list(message_tokens) if message_tokens is not None else \
-        counter.message_token_list(messages, model)
-    overhead = counter.overhead(model, tools)
+        scope.counter.message_token_list(messages, scope.model)
+    overhead = scope.overhead()
     total = sum(tokens) + overhead
     trigger = int(cp.trigger_ratio * w)
     if not force and total <= trigger:
@@ -200,18 +172,6 @@ def plan_compaction(
     )
 
 
-async def plan_compaction_async(
-    messages: Sequence[Mapping[str, Any]], policy: Policy, window: int | None,
-    counter: TokenCounter, model: str, force: bool = False,
-    tools: Sequence[Any] | None = None,
-) -> CompactionPlan | None:
-    """``plan_compaction`` run in a worker thread when counting could block the loop."""
-    if counter.needs_offload(messages, model):
-        return await run_off_loop(
-            plan_compaction, messages, policy, window, counter, model, force, tools)
-    return plan_compaction(messages, policy, window, counter, model, force, tools)
-
-
 def summary_message(summary_text: str, policy: Policy) -> dict[str, Any]:
     """The message that stands for the covered prefix (role per ``compaction.summary_role``)."""
     return {"role": policy.compaction.summary_role, "content": format_summary(summary_text)}
@@ -232,52 +192,3 @@ def apply_summary(
     msgs = as_dicts(messages)
     return [*(msgs[i] for i in plan.preserved), summary_message(summary_text, policy),
             *msgs[plan.cut:]]
-
-
-async def compact(
-    messages: Sequence[Mapping[str, Any]],
-    originals: Sequence[Mapping[str, Any]] | None,
-    policy: Policy,
-    window: int | None,
-    counter: TokenCounter,
-    model: str,
-    summarize: Summarizer,
-    summary_window: int | None,
-    force: bool = False,
-    *,
-    tools: Sequence[Any] | None = None,
-    plan: CompactionPlan | None = None,
-    summary_model: str | None = None,
-) -> CompactionResult:
-    """Plan (unless ``plan`` is given), summarize and rewrite ``messages`` (never mutated).
-
-    ``messages`` is the list after masking; ``originals`` aligns with it index by index and holds
-    the unmasked text the summarizer reads (``None``: ``messages`` itself). ``summary_window`` is
-    the summary model's window (``None``: the compaction window); ``summary_model`` names the
-    summary model for counting its prompts (``None``: ``model``). Raises ``SummaryFailed`` when
-    the summary comes back empty; the summarizer's own errors propagate. Both leave the
-    conversation unchanged, which is the caller's fail-open.
-    """
-    source = messages if originals is None else originals
-    if len(source) != len(messages):
-        raise ValueError("originals must align with messages one to one")
-    if plan is None:
-        plan = await plan_compaction_async(messages, policy, window, counter, model, force, tools)
-    if plan is None:
-        before = await counter.count_messages_async(messages, model, tools)
-        return CompactionResult("none", as_dicts(messages), before, before)
-    unchanged = CompactionResult("insufficient", as_dicts(messages),
-                                 plan.tokens_before, plan.tokens_before, plan=plan)
-    if not plan.summarizable:
-        return unchanged
-    text, calls = await summarize_messages(
-        [source[i] for i in plan.summarize], counter=counter, model=summary_model or model,
-        summarize=summarize, max_tokens=plan.summary_max_tokens,
-        summary_window=summary_window or plan.window)
-    rewritten = apply_summary(messages, plan, text, policy)
-    after = await counter.count_messages_async(rewritten, model, tools)
-    if after >= plan.tokens_before:
-        return replace(unchanged, summary_calls=calls)
-    status = "insufficient" if after > plan.trigger_tokens else "compacted"
-    return CompactionResult(status, rewritten, plan.tokens_before, after, summary=text,
-                            covered=plan.cut, plan=plan, summary_calls=calls)

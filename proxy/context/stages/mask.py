@@ -30,7 +30,7 @@ from proxy.context.stages.messages import (
     result_tool_name,
     tool_names_by_call_id,
 )
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "
@@ -93,18 +93,12 @@ def trigger_tokens(policy: Policy, window: int) -> float:
     return policy.masking.trigger_ratio * window
 
 
-def mask_tool_outputs(
-    messages: Sequence[Mapping[str, Any]],
-    policy: Policy,
-    window: int | None,
-    counter: TokenCounter,
-    model: str,
-    tools: Sequence[Any] | None = None,
-) -> MaskResult:
+def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope) -> MaskResult:
     """Apply SPEC section 4 to ``messages`` (never mutated); see the module docstring."""
+    policy, window, counter, model = scope.policy, scope.window, scope.counter, scope.model
     pairs = counter.token_pairs(messages, model)
     tokens = [t for t, _ in pairs]
-    overhead = counter.overhead(model, tools)
+    overhead = scope.overhead()
     before = sum(tokens) + overhead
     out = as_dicts(messages)
     mp = policy.masking

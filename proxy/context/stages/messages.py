@@ -8,9 +8,11 @@ separates a call from its results, parallel calls included.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.context.token_formula import fingerprint
 from proxy.policy.model import ProtectedRule
 
 Message = Mapping[str, Any]
@@ -127,3 +129,13 @@ def group_bounds(messages: Sequence[Message]) -> list[tuple[int, int]]:
             bounds.append((start, i))
             start = i
     return bounds if messages else []
+
+
+def prefix_hash(messages: Sequence[Message], n: int) -> str:
+    """A stable digest of exactly the first ``n`` messages (every field of each), the same in
+    every process: what a stored compaction is keyed by."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(n.to_bytes(8, "little"))
+    for m in messages[:n]:
+        h.update(fingerprint(m))
+    return h.hexdigest()

@@ -11,9 +11,11 @@ Rules checked (each violation is reported with the index of the message at fault
 - every call is answered before the next non-tool message.
 
 Trailing calls: an assistant ``tool_calls`` message at the very end whose calls are unanswered is
-an error by default, because the upstream rejects a request that ends that way (a chat request must
-carry every result of the calls it shows). Pass ``allow_trailing_calls=True`` to validate a
-transcript that is still being produced (e.g. a stored history just before the tools ran).
+an error, because the upstream rejects a request that ends that way (a chat request must carry
+every result of the calls it shows).
+
+``OrderingCheck`` takes the messages one at a time, so the request parser checks shape and
+ordering in one walk; ``ordering_problems`` runs it over a whole list.
 """
 
 from __future__ import annotations
@@ -24,12 +26,43 @@ from typing import Any
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-class OrderingError(ValueError):
-    """The message list breaks OpenAI's ordering rules; ``problems`` lists each violation."""
+class OrderingCheck:
+    """Feed messages in order with ``feed``; ``finish`` returns every violation found."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
+    __slots__ = ("caller", "pending", "problems")
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.pending: list[str] = []  # calls of the current assistant message not yet answered
+        self.caller = -1  # index of that assistant message
+
+    def feed(self, i: int, msg: Any) -> None:
+        # dict first: JSON gives dicts, and the ABC check is many times slower
+        role = msg.get("role") if isinstance(msg, dict | Mapping) else None
+        if role not in VALID_ROLES:
+            self.problems.append(f"messages[{i}]: invalid role {role!r}")
+            return
+        if role == "tool":
+            cid = msg.get("tool_call_id")
+            if cid in self.pending:
+                self.pending.remove(cid)
+            else:
+                self.problems.append(
+                    f"messages[{i}]: tool message answers no open call (tool_call_id {cid!r})")
+            return
+        if self.pending:
+            self.problems.append(f"messages[{self.caller}]: tool calls {self.pending} not "
+                                 f"answered before messages[{i}]")
+            self.pending, self.caller = [], -1
+        if role == "assistant" and msg.get("tool_calls") is not None:
+            self.pending, self.caller = _call_ids(i, msg.get("tool_calls"), self.problems), i
+
+    def finish(self) -> list[str]:
+        if self.pending:
+            self.problems.append(f"messages[{self.caller}]: tool calls {self.pending} never "
+                                 "answered")
+            self.pending = []
+        return self.problems
 
 
 def _call_ids(index: int, calls: Any, problems: list[str]) -> list[str]:
@@ -48,43 +81,9 @@ def _call_ids(index: int, calls: Any, problems: list[str]) -> list[str]:
     return ids
 
 
-def ordering_problems(
-    messages: Sequence[Any], *, allow_trailing_calls: bool = False
-) -> list[str]:
+def ordering_problems(messages: Sequence[Any]) -> list[str]:
     """Every ordering violation in ``messages``; an empty list means the list is valid."""
-    problems: list[str] = []
-    pending: list[str] = []  # calls of the current assistant message not yet answered
-    caller = -1  # index of that assistant message
+    check = OrderingCheck()
     for i, msg in enumerate(messages):
-        # dict first: JSON gives dicts, and the ABC check is many times slower
-        if not isinstance(msg, dict | Mapping) or msg.get("role") not in VALID_ROLES:
-            role = msg.get("role") if isinstance(msg, dict | Mapping) else None
-            problems.append(f"messages[{i}]: invalid role {role!r}")
-            continue
-        role = msg["role"]
-        if role == "tool":
-            cid = msg.get("tool_call_id")
-            if cid in pending:
-                pending.remove(cid)
-            else:
-                problems.append(
-                    f"messages[{i}]: tool message answers no open call (tool_call_id {cid!r})"
-                )
-            continue
-        if pending:
-            problems.append(
-                f"messages[{caller}]: tool calls {pending} not answered before messages[{i}]"
-            )
-        pending, caller = [], -1
-        if role == "assistant" and msg.get("tool_calls") is not None:
-            pending, caller = _call_ids(i, msg.get("tool_calls"), problems), i
-    if pending and not allow_trailing_calls:
-        problems.append(f"messages[{caller}]: tool calls {pending} never answered")
-    return problems
-
-
-def check_ordering(messages: Sequence[Any], *, allow_trailing_calls: bool = False) -> None:
-    """Raise ``OrderingError`` listing every violation unless ``messages`` is valid."""
-    problems = ordering_problems(messages, allow_trailing_calls=allow_trailing_calls)
-    if problems:
-        raise OrderingError(problems)
+        check.feed(i, msg)
+    return check.finish()

@@ -1,74 +1,127 @@
-"""The planning half of the request path: count, mask, plan compaction, in one call.
+"""The planning half of the managed path, pure: reuse, masking and the compaction decision.
 
-``plan_rewrite`` is what the server calls for every managed request: it is pure (no network,
-store or metrics) and runs in a worker thread whenever the transcript is large or the encoding is
-not loaded yet, so planning a million-token request never stalls the event loop. The summary call
-itself is ``proxy.context.stages.compact.compact``, given ``RewritePlan.compaction``.
+``plan`` takes the client's messages, the scope and the conversation's stored compaction (the
+"prior") and decides everything that needs no I/O: whether the prior's covered prefix is still
+the client's prefix (then its summary stands in for it, with no new call), what masking
+replaces, whether compaction triggers, where it cuts, which client messages the new summary
+would cover and the hash of that prefix. The service runs it off the loop for large inputs and
+does the I/O the plan asks for (spills, the summary call, the divider).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from proxy.context.offload import run_off_loop
-from proxy.context.stages.compact import CompactionPlan, plan_compaction
+from proxy.context.stages.compact import CompactionPlan, plan_compaction, summary_message
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
-from proxy.context.tokens import TokenCounter
-from proxy.context.window import compaction_window
+from proxy.context.stages.messages import prefix_hash
+from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
+
+Action = Literal["forward", "summarize", "insufficient"]
+
+
+class Prior(Protocol):
+    """A stored compaction, as the planner reads it (client indices)."""
+
+    @property
+    def prefix_hash(self) -> str: ...
+    @property
+    def covered(self) -> int: ...
+    @property
+    def preserved(self) -> tuple[int, ...]: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def tokens_after(self) -> int: ...
 
 
 @dataclass(frozen=True)
-class RewritePlan:
-    """Masking done, compaction planned (``None``: not triggered or disabled).
+class View:
+    """The client's messages with the prior applied (or not): ``origin`` maps each message to
+    its client index, -1 for the summary message."""
 
-    ``mask.messages`` is the list to forward (or to compact); ``mask.tokens_before`` is the
-    request as received, ``mask.tokens_after`` after masking.
+    messages: list[dict[str, Any]]
+    origin: tuple[int, ...]
+    prior: Prior | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do with one request.
+
+    ``action``: ``forward`` (send ``outgoing``: the view, masked), ``summarize`` (make a summary
+    of the client's first ``covered`` messages, keeping ``preserved`` verbatim; its prefix hash
+    is ``prefix_hash``) or ``insufficient`` (compaction triggered but cannot help: forward).
+    ``tokens_before`` counts the request as the client sent it.
     """
 
-    window: int | None
-    compaction_window: int
+    view: View
     mask: MaskResult
     compaction: CompactionPlan | None
-
-    @property
-    def tokens_before(self) -> int:
-        return self.mask.tokens_before
+    tokens_before: int
+    action: Action
+    covered: int = 0
+    preserved: tuple[int, ...] = ()
+    prefix_hash: str = ""
 
     @property
     def tokens_after_mask(self) -> int:
         return self.mask.tokens_after
 
-
-def plan_rewrite_sync(
-    messages: Sequence[Mapping[str, Any]],
-    policy: Policy,
-    window: int | None,
-    counter: TokenCounter,
-    model: str,
-    tools: Sequence[Any] | None = None,
-    force: bool = False,
-) -> RewritePlan:
-    """Mask (SPEC section 4), then plan compaction (section 5) on the masked list; blocking."""
-    masked = mask_tool_outputs(messages, policy, window, counter, model, tools)
-    plan = plan_compaction(masked.messages, policy, window, counter, model, force, tools,
-                           message_tokens=masked.message_tokens)
-    return RewritePlan(window, compaction_window(window, policy), masked, plan)
+    @property
+    def changed(self) -> bool:
+        """Whether the outgoing list differs from the client's."""
+        return self.view.prior is not None or bool(self.mask.masked)
 
 
-async def plan_rewrite(
-    messages: Sequence[Mapping[str, Any]],
-    policy: Policy,
-    window: int | None,
-    counter: TokenCounter,
-    model: str,
-    tools: Sequence[Any] | None = None,
-    force: bool = False,
-) -> RewritePlan:
-    """``plan_rewrite_sync`` off the event loop when the input is large; inline when small."""
-    if counter.needs_offload(messages, model):
-        return await run_off_loop(
-            plan_rewrite_sync, messages, policy, window, counter, model, tools, force)
-    return plan_rewrite_sync(messages, policy, window, counter, model, tools, force)
+def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None,
+                policy: Policy) -> View:
+    """The view: the prior's summary in place of its covered prefix when that prefix is
+    exactly the client's, else the client's messages as they are."""
+    n = len(messages)
+    msgs = [m if isinstance(m, dict) else dict(m) for m in messages]
+    if prior is not None and prior.covered <= n and \
+            prefix_hash(messages, prior.covered) == prior.prefix_hash:
+        return View([*(msgs[i] for i in prior.preserved), summary_message(prior.summary, policy),
+                     *msgs[prior.covered:]],
+                    (*prior.preserved, -1, *range(prior.covered, n)), prior)
+    return View(msgs, tuple(range(n)), None)
+
+
+def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | None = None,
+         force: bool = False) -> Plan:
+    """Plan one request (see the module docstring). ``force``: a manual compaction, which
+    skips the trigger and the no-loop wait."""
+    view = apply_prior(messages, prior, scope.policy)
+    mask = mask_tool_outputs(view.messages, scope)
+    cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
+    before = scope.count(messages) if view.prior is not None else mask.tokens_before
+    action = _decide(view, mask, cplan, force)
+    if action != "summarize":
+        return Plan(view, mask, cplan, before, action)
+    assert cplan is not None
+    origin = view.origin
+    covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
+    preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
+    return Plan(view, mask, cplan, before, action, covered, preserved,
+                prefix_hash(messages, covered))
+
+
+def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: bool) -> Action:
+    if cplan is None:
+        return "forward"
+    summary_at = len(view.prior.preserved) if view.prior is not None else -1
+    if not cplan.summarizable or cplan.cut <= summary_at:
+        return "insufficient"  # nothing new before the cut: only the summary would be redone
+    last = view.prior
+    if not force and last is not None and last.status == "insufficient" and \
+            mask.tokens_after < last.tokens_after + cplan.keep_budget:
+        # No loops: the last summary could not get under the trigger; wait for a keep
+        # window's worth of new messages before paying for another.
+        return "insufficient"
+    return "summarize"

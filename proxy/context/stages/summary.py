@@ -1,7 +1,7 @@
 """The summarizer's side of compaction: the prompt, the transcript, pieces and merging.
 
-The summarizer is an injected ``async (prompt_messages, max_tokens) -> str`` callable, so this
-module never touches the network. Its input is the transcript of the messages being summarized
+Pure: this module builds the prompts; the calls are made at the service edge
+(``proxy.context.summarizer``). The input is the transcript of the messages being summarized
 (their original, unmasked text; an earlier summary among them is rendered as such and folded in).
 
 When the transcript does not fit the summary model's window (``summary_window`` minus the
@@ -12,11 +12,9 @@ prompt is counted before it is sent and is never over the window.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.context.offload import run_off_loop
 from proxy.context.stages.messages import (
     is_result,
     is_summary,
@@ -27,7 +25,7 @@ from proxy.context.stages.messages import (
 )
 from proxy.context.tokens import TokenCounter
 
-Summarizer = Callable[[list[dict[str, Any]], int], Awaitable[str]]
+Prompt = list[dict[str, Any]]
 
 SUMMARY_SECTIONS = (
     "Goal and constraints: the user's goal and every requirement, preference and constraint "
@@ -54,7 +52,6 @@ MERGE_INSTRUCTION = (
 )
 MARGIN = 32  # tokens of slack for chat-format rendering the counter cannot know exactly
 MIN_SUMMARY_TOKENS = 16
-CONCURRENCY = 4  # partial summaries requested at once
 
 
 class SummaryFailed(RuntimeError):
@@ -123,7 +120,7 @@ def build_merge_prompt(partials: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-class _Budget:
+class Budget:
     """Token arithmetic for one summarization against the summary model's window."""
 
     def __init__(self, counter: TokenCounter, model: str, max_tokens: int, window: int) -> None:
@@ -159,7 +156,7 @@ class _Budget:
         return [p for p in pieces if p]
 
 
-def _prompts(budget: _Budget, blocks: list[str]) -> list[list[dict[str, Any]]]:
+def transcript_prompts(budget: Budget, blocks: list[str]) -> list[list[dict[str, Any]]]:
     """Transcript prompts, each verified to fit; a piece that does not is halved."""
     pending = budget.pack(blocks)
     pieces: list[list[str]] = []
@@ -182,32 +179,7 @@ def _prompts(budget: _Budget, blocks: list[str]) -> list[list[dict[str, Any]]]:
     return [build_prompt("\n\n".join(p), (i, len(pieces))) for i, p in enumerate(pieces, 1)]
 
 
-async def _call(summarize: Summarizer, prompt: list[dict[str, Any]], budget: _Budget) -> str:
-    text = (await summarize(prompt, budget.max_tokens) or "").strip()
-    if not text:
-        raise SummaryFailed("the summarizer returned an empty summary")
-    # A summarizer that ignores max_tokens must not overflow the merge step.
-    return budget.counter.truncate_text(text, budget.model, budget.max_tokens)
-
-
-async def _gather(summarize: Summarizer, prompts: list[list[dict[str, Any]]],
-                  budget: _Budget) -> list[str]:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(prompt: list[dict[str, Any]]) -> str:
-        async with gate:
-            return await _call(summarize, prompt, budget)
-
-    tasks = [asyncio.ensure_future(one(p)) for p in prompts]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:  # one failed: the summary cannot be made, stop paying for the rest
-            task.cancel()
-        raise
-
-
-def _merge_batches(budget: _Budget, partials: list[str]) -> list[list[dict[str, Any]]]:
+def merge_prompts(budget: Budget, partials: list[str]) -> list[list[dict[str, Any]]]:
     batches: list[list[str]] = [[]]
     for p in partials:
         if batches[-1] and not budget.fits(build_merge_prompt([*batches[-1], p])):
@@ -216,30 +188,9 @@ def _merge_batches(budget: _Budget, partials: list[str]) -> list[list[dict[str, 
     return [build_merge_prompt(b) for b in batches]
 
 
-async def summarize_messages(
-    messages: Sequence[Mapping[str, Any]],
-    *,
-    counter: TokenCounter,
-    model: str,
-    summarize: Summarizer,
-    max_tokens: int,
-    summary_window: int,
-) -> tuple[str, int]:
-    """Summarize ``messages`` (original text) within ``summary_window``; (summary, calls made).
-
-    ``model`` is the summary model, whose tokenizer counts the prompts. Raises ``SummaryFailed``
-    on an empty answer; the summarizer's own exceptions propagate.
-    """
-    budget = _Budget(counter, model, max_tokens, summary_window)
-    blocks = render_transcript(messages)
-    big = sum(len(b) for b in blocks) > counter.offload_chars
-    prompts = await run_off_loop(_prompts, budget, blocks) if big else _prompts(budget, blocks)
-    calls = len(prompts)
-    partials = await _gather(summarize, prompts, budget)
-    while len(partials) > 1:
-        merges = _merge_batches(budget, partials)
-        if len(merges) >= len(partials):  # cannot happen with the budget's 3x rule; never loop
-            raise SummaryFailed("partial summaries do not fit the summary window to merge")
-        calls += len(merges)
-        partials = await _gather(summarize, merges, budget)
-    return partials[0], calls
+def summary_prompts(messages: Sequence[Mapping[str, Any]], counter: TokenCounter, model: str,
+                    max_tokens: int, summary_window: int) -> tuple[Budget, list[Prompt]]:
+    """The budget and the first round of prompts that summarize ``messages`` (original text)
+    within ``summary_window``; raises ``SummaryFailed`` when no summary can fit."""
+    budget = Budget(counter, model, max_tokens, summary_window)
+    return budget, transcript_prompts(budget, render_transcript(messages))

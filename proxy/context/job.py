@@ -1,0 +1,59 @@
+"""The values that travel along the managed path: the parsed request and the prepared job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import orjson
+
+from proxy.auth import Principal
+from proxy.context.offload import Offload
+from proxy.context.records import CompactionRecord
+from proxy.context.report import ContextReport
+from proxy.context.stages.scope import Scope
+from proxy.policy.model import Policy
+
+
+@dataclass(frozen=True, eq=False)
+class ChatRequest:
+    """A chat completion request that passed the shape and ordering checks. ``raw`` is the
+    client's exact body, forwarded as it is when the proxy changes nothing."""
+
+    raw: bytes
+    body: dict[str, Any]
+    messages: list[dict[str, Any]]
+    model: str
+    tools: list[Any] | None
+    stream: bool
+
+    def outgoing(self, report: ContextReport) -> bytes:
+        """The body to send upstream for ``report``."""
+        if report.messages is None:
+            return self.raw
+        return orjson.dumps({**self.body, "messages": report.messages})
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One managed request, prepared: who asks, for which conversation, under which policy and
+    window, and how its blocking work runs. A retry re-plans from the same job.
+
+    ``policy`` is the resolved policy; ``scope.policy`` is that policy corrected by the
+    conversation's usage ``ratio`` (what the stages plan with)."""
+
+    principal: Principal
+    request: ChatRequest
+    conversation_id: str
+    key: str
+    policy: Policy
+    scope: Scope
+    ratio: float
+    prior: CompactionRecord | None
+    offload: Offload
+    force: bool = False
+    kind: Literal["auto", "manual"] = "auto"
+
+    def forced(self, window: int | None) -> Job:
+        """The job again, compacting regardless of the trigger, against ``window``."""
+        return replace(self, scope=self.scope.with_window(window), force=True)

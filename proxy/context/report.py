@@ -1,0 +1,56 @@
+"""What the proxy did to one request, built once: the ``X-Context-*`` headers and the SSE comment
+(SPEC section 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from proxy.context.records import CompactionRecord
+
+Outcome = Literal["none", "auto", "manual", "reused", "failed", "insufficient"]
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    """``messages`` is the list to forward, or ``None`` to forward the client's exact bytes.
+
+    ``tokens_before``/``tokens_after`` are corrected by the conversation's usage ratio;
+    ``estimate_after`` is the uncorrected estimate of what is sent (what the next usage
+    correction compares the upstream's count with). ``window`` is the compaction window.
+    """
+
+    conversation_id: str
+    messages: list[dict[str, Any]] | None
+    tokens_before: int
+    tokens_after: int
+    estimate_after: int
+    window: int
+    masked: int
+    outcome: Outcome
+    divider: CompactionRecord | None = None
+    retried: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        h = {"X-Conversation-Id": self.conversation_id,
+             "X-Context-Tokens-Before": str(self.tokens_before),
+             "X-Context-Tokens-After": str(self.tokens_after),
+             "X-Context-Window": str(self.window),
+             "X-Context-Masked": str(self.masked),
+             "X-Context-Compaction": self.outcome}
+        if self.divider is not None:
+            h["X-Context-Divider-Id"] = self.divider.id
+        if self.retried:
+            h["X-Context-Retried"] = self.retried
+        return h
+
+    def sse_comment(self) -> bytes:
+        """The SSE comment line streamed first when a compaction ran (parsers ignore it)."""
+        if self.divider is None or self.outcome not in ("auto", "manual"):
+            return b""
+        return (f": context-compacted kind={self.outcome} divider={self.divider.id} "
+                f"tokens_before={self.tokens_before} tokens_after={self.tokens_after}\n\n"
+                ).encode()
+
+    def retry(self, reason: str) -> ContextReport:
+        return replace(self, retried=reason)

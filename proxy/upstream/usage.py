@@ -1,0 +1,51 @@
+"""What the proxy reads from an upstream answer: the usage figures and a context-length refusal.
+
+Patterns, not JSON parses: they run on every answer, and a stream is scanned line by line while
+it is relayed, holding at most one partial line.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
+_STATED_LIMIT = re.compile(r"maximum context length is ([0-9][0-9,]*) tokens", re.IGNORECASE)
+_OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context length",
+                     "too many tokens", "prompt is too long", "input is too long")
+
+
+def prompt_tokens_of(body: bytes) -> int:
+    """``usage.prompt_tokens`` of a chat completion body (0 when absent)."""
+    found = _PROMPT_TOKENS.search(body)
+    return int(found.group(1)) if found else 0
+
+
+class UsageScanner:
+    """Finds ``usage.prompt_tokens`` in an SSE stream fed chunk by chunk."""
+
+    MAX_LINE = 1 << 20
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self.MAX_LINE:
+            self._partial = b""
+        for line in lines:
+            if line.startswith(b"data:") and b'"prompt_tokens"' in line:
+                self.prompt_tokens = prompt_tokens_of(line[5:].strip()) or self.prompt_tokens
+
+
+def is_overflow(status: int, body: bytes) -> bool:
+    """Whether an error answer refuses the request for exceeding the context length."""
+    return status in (400, 413, 422) and any(m in body.decode("utf-8", "replace").lower()
+                                            for m in _OVERFLOW_MARKERS)
+
+
+def stated_window(body: bytes) -> int | None:
+    """The limit an upstream states in its refusal ("maximum context length is 32768 tokens")."""
+    found = _STATED_LIMIT.search(body.decode("utf-8", "replace"))
+    return int(found.group(1).replace(",", "")) if found else None

@@ -15,6 +15,7 @@ import time
 
 from proxy.auth import Principal
 from proxy.context.compaction import Compacted, compact
+from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
 from proxy.context.offload import offload_for
@@ -46,6 +47,7 @@ class ContextService:
         self.policies = policies
         self.upstream_url = upstream_url
         self.usage = UsageCorrection(records)
+        self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
 
     # --- prepare --------------------------------------------------------------------------------
@@ -81,7 +83,7 @@ class ContextService:
 
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
-        p = await job.offload(plan, job.request.messages, job.scope, job.prior, job.force)
+        p = await job.offload(self._plan, job, job.prior)
         await self.records.ensure(job.principal.org, job.key)
         if p.mask.masked:
             await self.records.add_spills(job.principal.org, job.key, p.mask.masked,
@@ -93,6 +95,19 @@ class ContextService:
                                   else ("reused" if p.view.prior else "none"), retried)
         self._observe(job, report, p)
         return report
+
+    def _plan(self, job: Job, prior: CompactionRecord | None, force: bool | None = None
+              ) -> Plan:
+        """The pure plan, from the conversation's last request where the messages repeat it
+        (blocking: runs where ``job.offload`` says)."""
+        req = job.request
+        known = self.history.recall(job.key, req.messages, req.model)
+        p = plan(req.messages, job.scope, prior, job.force if force is None else force,
+                 known.pairs, known.verified)
+        verified = (p.view.prior.prefix_hash, p.view.prior.covered) if p.view.prior else None
+        self.history.remember(job.key, req.messages, req.model, known.pairs, verified,
+                              len(req.raw))
+        return p
 
     async def retry_overflow(self, job: Job, stated_limit: int | None) -> ContextReport:
         """The reactive safety net: the upstream refused the request as too long; learn the
@@ -119,7 +134,7 @@ class ContextService:
             record = await asyncio.shield(self._inflight[flight])
             if record is None:
                 return self._report(job, p, "failed", retried)
-            shared = await job.offload(plan, job.request.messages, job.scope, record)
+            shared = await job.offload(self._plan, job, record, False)
             return self._report(job, shared, "reused", retried)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()

@@ -93,10 +93,14 @@ def trigger_tokens(policy: Policy, window: int) -> float:
     return policy.masking.trigger_ratio * window
 
 
-def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope) -> MaskResult:
-    """Apply SPEC section 4 to ``messages`` (never mutated); see the module docstring."""
+def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
+                      pairs: Sequence[tuple[int, int]] | None = None) -> MaskResult:
+    """Apply SPEC section 4 to ``messages`` (never mutated); see the module docstring.
+
+    ``pairs`` may pass the per-message (tokens, content tokens) already counted."""
     policy, window, counter, model = scope.policy, scope.window, scope.counter, scope.model
-    pairs = counter.token_pairs(messages, model)
+    if pairs is None:
+        pairs = counter.token_pairs(messages, model)
     tokens = [t for t, _ in pairs]
     overhead = scope.overhead()
     before = sum(tokens) + overhead

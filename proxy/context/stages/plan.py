@@ -79,14 +79,15 @@ class Plan:
         return self.view.prior is not None or bool(self.mask.masked)
 
 
-def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None,
-                policy: Policy) -> View:
+def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None, policy: Policy,
+                verified: bool = False) -> View:
     """The view: the prior's summary in place of its covered prefix when that prefix is
-    exactly the client's, else the client's messages as they are."""
+    exactly the client's, else the client's messages as they are. ``verified``: the caller
+    knows the prefix matches (it checked these same leading messages before)."""
     n = len(messages)
     msgs = [m if isinstance(m, dict) else dict(m) for m in messages]
     if prior is not None and prior.covered <= n and \
-            prefix_hash(messages, prior.covered) == prior.prefix_hash:
+            (verified or prefix_hash(messages, prior.covered) == prior.prefix_hash):
         return View([*(msgs[i] for i in prior.preserved), summary_message(prior.summary, policy),
                      *msgs[prior.covered:]],
                     (*prior.preserved, -1, *range(prior.covered, n)), prior)
@@ -94,13 +95,23 @@ def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None,
 
 
 def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | None = None,
-         force: bool = False) -> Plan:
+         force: bool = False, pairs: Sequence[tuple[int, int]] | None = None,
+         verified: tuple[str, int] | None = None) -> Plan:
     """Plan one request (see the module docstring). ``force``: a manual compaction, which
-    skips the trigger and the no-loop wait."""
-    view = apply_prior(messages, prior, scope.policy)
-    mask = mask_tool_outputs(view.messages, scope)
+    skips the trigger and the no-loop wait. ``pairs``: the per-message (tokens, content
+    tokens) of ``messages`` when already counted; ``verified``: a (prefix hash, covered) known
+    to match ``messages``."""
+    known = prior is not None and verified == (prior.prefix_hash, prior.covered)
+    view = apply_prior(messages, prior, scope.policy, known)
+    if pairs is None:
+        pairs = scope.counter.token_pairs(messages, scope.model)
+    view_pairs = pairs if view.prior is None else \
+        [pairs[o] if o >= 0 else scope.counter.token_pairs([view.messages[i]], scope.model)[0]
+         for i, o in enumerate(view.origin)]
+    mask = mask_tool_outputs(view.messages, scope, view_pairs)
     cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
-    before = scope.count(messages) if view.prior is not None else mask.tokens_before
+    before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
+        else mask.tokens_before
     action = _decide(view, mask, cplan, force)
     if action != "summarize":
         return Plan(view, mask, cplan, before, action)

@@ -68,10 +68,21 @@ def _m003_conversations(db: sqlite_utils.Database) -> None:
     db.table("spills").create_index(["expires_at"])
 
 
+def _m004_drop_unused_columns(db: sqlite_utils.Database) -> None:
+    # Created by 003 but never written: a divider's text follows from its kind
+    # (CompactionRecord.text), and the usage correction needs only prompt tokens and estimate.
+    # transform() rebuilds each table without the column, rows and indexes kept, each in its own
+    # transaction; the check makes a re-run after an interruption between the two harmless.
+    for table, column in (("conversations", "usage_messages"), ("compactions", "text")):
+        if column in db.table(table).columns_dict:
+            db.table(table).transform(drop={column})
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
     ("003_conversations", _m003_conversations),
+    ("004_drop_unused_columns", _m004_drop_unused_columns),
 ]
 
 

@@ -1,0 +1,190 @@
+"""Architecture checks: the package's import graph and module sizes stay the way they are meant.
+
+Imports are read with ``ast`` (nothing is imported): ``import a.b`` and ``from a.b import c``
+(``a.b.c`` when that is a module), at any depth (inside functions too), except under
+``if TYPE_CHECKING:``, which never runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 400
+STAGES = "proxy.context.stages"
+# What a pure stage may not import directly: I/O, the event loop, the store, metrics, the
+# network, and the context modules that wrap them.
+STAGE_FORBIDDEN = (
+    "proxy.store", "proxy.upstream", "proxy.http", "proxy.metrics", "proxy.context.offload",
+    "proxy.context.records", "proxy.context.service", "proxy.context.summarizer",
+    "proxy.context.window", "proxy.state", "proxy.app",
+    "aiohttp", "asyncio", "sqlite3", "sqlite_utils", "prometheus_client", "litellm",
+)
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``proxy/context/__init__.py`` -> ``proxy.context``; ``proxy/store.py`` -> ``proxy.store``."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules(root: Path = ROOT, package: str = "proxy") -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node below ``node``, skipping the bodies of ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for other in child.orelse:
+                yield other
+                yield from _runtime_nodes(other)
+        else:
+            yield from _runtime_nodes(child)
+
+
+def imports_of(source: str, module: str, is_package: bool, known: Mapping[str, Path]
+               ) -> set[str]:
+    """Fully qualified names of the modules ``source`` (the module ``module``) imports."""
+    found: set[str] = set()
+    for node in _runtime_nodes(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package, one level up per dot
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = package[:len(package) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return found
+
+
+def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``import a.b.c``: the longest known prefix)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for imported in imports_of(path.read_text(), name, path.name == "__init__.py", modules):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts:
+                targets.add(".".join(parts))
+        graph[name] = targets - {name}
+    return graph
+
+
+def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None (depth-first search, in name order)."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node):], node]
+        if node in done:
+            return None
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start)
+        if cycle:
+            return cycle
+    return None
+
+
+def _forbidden(imported: str, prefixes: tuple[str, ...]) -> bool:
+    return any(imported == p or imported.startswith(p + ".") for p in prefixes)
+
+
+MODULES = package_modules()
+
+
+def _direct_imports(name: str) -> set[str]:
+    path = MODULES[name]
+    return imports_of(path.read_text(), name, path.name == "__init__.py", MODULES)
+
+
+# --- the helpers themselves (so the checks below can fail) -----------------------------------
+
+
+def test_imports_of_resolves_submodules_and_skips_type_checking() -> None:
+    known = {n: Path(n) for n in ("proxy", "proxy.a", "proxy.a.b", "proxy.c")}
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import os.path\n"
+        "from proxy.a import b, helper\n"
+        "from .. import c\n"
+        "if TYPE_CHECKING:\n    import proxy.hidden\nelse:\n    import json\n"
+        "def f() -> None:\n    import sqlite3\n"
+    )
+    assert imports_of(source, "proxy.a.x", False, known) == {
+        "typing", "os.path", "proxy.c", "proxy.a.b", "proxy.a", "json", "sqlite3"}
+
+
+def test_find_cycle_reports_the_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+# --- the package ---------------------------------------------------------------------------
+
+
+def test_the_package_is_found() -> None:
+    assert {"proxy", "proxy.app", "proxy.store", STAGES} <= set(MODULES)
+
+
+def test_no_import_cycles() -> None:
+    cycle = find_cycle(import_graph(MODULES))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+STAGE_MODULES = sorted(n for n in MODULES if n == STAGES or n.startswith(STAGES + "."))
+
+
+@pytest.mark.parametrize("name", STAGE_MODULES)
+def test_stages_import_nothing_that_does_io(name: str) -> None:
+    bad = sorted(i for i in _direct_imports(name) if _forbidden(i, STAGE_FORBIDDEN))
+    assert bad == [], f"{name} imports {bad}"
+
+
+@pytest.mark.parametrize("name", STAGE_MODULES)
+def test_stages_are_synchronous(name: str) -> None:
+    tree = ast.parse(MODULES[name].read_text())
+    coroutines = [f"{n.name} (line {n.lineno})" for n in ast.walk(tree)
+                  if isinstance(n, ast.AsyncFunctionDef)]
+    assert coroutines == [], f"{name} defines async functions: {coroutines}"
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    over = {name: n for name, n in sorted(sizes.items()) if n > MAX_LINES}
+    assert over == {}, f"modules over {MAX_LINES} lines: {over}"
+
+
+def test_http_handlers_never_import_the_app() -> None:
+    handlers = [n for n in MODULES if n == "proxy.http" or n.startswith("proxy.http.")]
+    assert handlers
+    bad = {n: sorted(i for i in _direct_imports(n) if _forbidden(i, ("proxy.app",)))
+           for n in handlers}
+    assert {n: i for n, i in bad.items() if i} == {}

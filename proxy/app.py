@@ -15,7 +15,7 @@ from aiohttp import web
 
 from proxy.auth import Authenticator
 from proxy.context.records import Records
-from proxy.context.service import ContextService
+from proxy.context.service import ContextService, litellm_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, chat, conversations, ops, relay, rerank
@@ -43,7 +43,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
-        upstream_url=settings.upstream_url)
+        summarizers=litellm_summarizers(settings.upstream_url))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context)
     background = [asyncio.create_task(_purge_spills(context.records))]
     yield

@@ -1,4 +1,4 @@
-"""Conversation identity and the exact-prefix hashes that compaction reuse is keyed by.
+"""Conversation identity: the public id of a conversation and the key it is stored under.
 
 A conversation is named by the client's ``X-Conversation-Id`` header, else by a fingerprint of
 the organization, the system/developer messages and the first user message. Either way the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from proxy.auth import Principal
 from proxy.context.compaction import Compacted, compact
@@ -37,15 +38,29 @@ log = logging.getLogger("context_proxy.context")
 Flight = tuple[str, str]  # (conversation key, prefix hash)
 
 
+SummarizerFactory = Callable[[Principal, str, float], Summarizer]
+"""(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
+
+
+def litellm_summarizers(upstream_url: str) -> SummarizerFactory:
+    """Summary calls through litellm against ``upstream_url``, with the caller's upstream key."""
+    def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
+        return make_summarizer(upstream_url, principal.upstream_key, model, principal.org,
+                               timeout_s)
+
+    return make
+
+
 class ContextService:
     def __init__(self, *, counter: TokenCounter, windows: WindowResolver, records: Records,
-                 metrics: Metrics, policies: PolicyService, upstream_url: str) -> None:
+                 metrics: Metrics, policies: PolicyService,
+                 summarizers: SummarizerFactory) -> None:
         self.counter = counter
         self.windows = windows
         self.records = records
         self.metrics = metrics
         self.policies = policies
-        self.upstream_url = upstream_url
+        self.summarizers = summarizers
         self.usage = UsageCorrection(records)
         self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
@@ -180,8 +195,7 @@ class ContextService:
         return self._report(job, p, outcome, retried, compacted=done, divider=record), record
 
     def _summarizer(self, job: Job, model: str) -> Summarizer:
-        return make_summarizer(self.upstream_url, job.principal.upstream_key, model,
-                               job.principal.org, job.policy.compaction.summary_timeout_s)
+        return self.summarizers(job.principal, model, job.policy.compaction.summary_timeout_s)
 
     def _observe(self, job: Job, report: ContextReport, p: Plan) -> None:
         m = self.metrics

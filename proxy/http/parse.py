@@ -63,9 +63,9 @@ def check_chat(raw: bytes, body: dict[str, Any]) -> ChatRequest:
     if not messages:
         raise bad_request("'messages' must contain at least one message.", param="messages")
     ordering = OrderingCheck()
+    step = ordering.step
     for i, msg in enumerate(messages):
-        _check_message(i, msg)
-        ordering.feed(i, msg)
+        step(i, _check_message(i, msg), msg)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean.", param="stream")
@@ -79,27 +79,28 @@ def check_chat(raw: bytes, body: dict[str, Any]) -> ChatRequest:
     return ChatRequest(raw, body, messages, model, tools, stream is True)
 
 
-def _check_message(i: int, msg: Any) -> None:
-    if not isinstance(msg, dict):
+def _check_message(i: int, msg: Any) -> str:
+    """Check one message's shape; its role."""
+    if type(msg) is not dict:
         raise bad_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
     role = msg.get("role")
     if role not in ROLES:
         raise bad_request(f"'messages[{i}].role' must be one of {', '.join(sorted(ROLES))}; "
                           f"got {role!r}.", param=f"messages[{i}].role")
-    content = msg.get("content")
-    if not isinstance(content, str):  # the common case costs one check
+    if type(msg.get("content")) is not str:  # the common case costs one check
         if "content" not in msg and role != "assistant":
             raise bad_request(f"'messages[{i}].content' is required.",
                               param=f"messages[{i}].content")
-        _check_content(i, role, content)
-    if "name" in msg and not isinstance(msg["name"], str):
+        _check_content(i, role, msg.get("content"))
+    if "name" in msg and type(msg["name"]) is not str:
         raise bad_request(f"'messages[{i}].name' must be a string.", param=f"messages[{i}].name")
     if role == "tool":
-        if not isinstance(msg.get("tool_call_id"), str):
+        if type(msg.get("tool_call_id")) is not str:
             raise bad_request(f"'messages[{i}].tool_call_id' must be a string for a tool "
                               "message.", param=f"messages[{i}].tool_call_id")
     elif role == "assistant" and msg.get("tool_calls") is not None:
         _check_tool_calls(i, msg["tool_calls"])
+    return role  # type: ignore[no-any-return]
 
 
 def _check_content(i: int, role: str, content: Any) -> None:
@@ -124,9 +125,8 @@ def _check_tool_calls(i: int, calls: Any) -> None:
     if not isinstance(calls, list):
         raise bad_request(f"'{where}' must be a list.", param=where)
     for j, call in enumerate(calls):
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(call, dict) or not isinstance(call.get("id"), str) \
-                or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                or not isinstance(fn.get("arguments", ""), str):
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict or type(call.get("id")) is not str \
+                or type(fn.get("name")) is not str or type(fn.get("arguments", "")) is not str:
             raise bad_request(f"'{where}[{j}]' must have a string 'id' and a 'function' with "
                               "string 'name' and 'arguments'.", param=f"{where}[{j}]")

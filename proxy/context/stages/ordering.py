@@ -38,10 +38,14 @@ class OrderingCheck:
 
     def feed(self, i: int, msg: Any) -> None:
         # dict first: JSON gives dicts, and the ABC check is many times slower
-        role = msg.get("role") if isinstance(msg, dict | Mapping) else None
+        role = msg.get("role") if type(msg) is dict or isinstance(msg, Mapping) else None
         if role not in VALID_ROLES:
             self.problems.append(f"messages[{i}]: invalid role {role!r}")
             return
+        self.step(i, role, msg)
+
+    def step(self, i: int, role: str, msg: Mapping[str, Any]) -> None:
+        """``feed`` for a message already known to be a mapping with a valid ``role``."""
         if role == "tool":
             cid = msg.get("tool_call_id")
             if cid in self.pending:
@@ -54,8 +58,10 @@ class OrderingCheck:
             self.problems.append(f"messages[{self.caller}]: tool calls {self.pending} not "
                                  f"answered before messages[{i}]")
             self.pending, self.caller = [], -1
-        if role == "assistant" and msg.get("tool_calls") is not None:
-            self.pending, self.caller = _call_ids(i, msg.get("tool_calls"), self.problems), i
+        if role == "assistant":
+            calls = msg.get("tool_calls")
+            if calls is not None:
+                self.pending, self.caller = _call_ids(i, calls, self.problems), i
 
     def finish(self) -> list[str]:
         if self.pending:
@@ -71,7 +77,7 @@ def _call_ids(index: int, calls: Any, problems: list[str]) -> list[str]:
         return []
     ids: list[str] = []
     for j, call in enumerate(calls):
-        cid = call.get("id") if isinstance(call, dict | Mapping) else None
+        cid = call.get("id") if type(call) is dict or isinstance(call, Mapping) else None
         if not isinstance(cid, str) or not cid:
             problems.append(f"messages[{index}].tool_calls[{j}]: missing id")
         elif cid in ids:

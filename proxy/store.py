@@ -196,9 +196,6 @@ class Store:
                 self._bump_keys_version()
         return changed
 
-    def count_keys(self) -> int:
-        return self.db.table("keys").count
-
     # --- reads on the request path (reader connection) ----------------------------------------
 
     def data_version(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,27 @@ def key(harness: Harness) -> str:
 
 
 @pytest.fixture
-def client(harness: Harness, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=harness.base_url, api_key=key, max_retries=0)
+def sdk() -> Iterator[Callable[[Harness, str], openai.OpenAI]]:
+    """``sdk(harness, key)``: an openai client of the proxy, closed at the end of the test (an
+    unclosed client leaves its sockets to the garbage collector: a ResourceWarning, an error)."""
+    made: list[openai.OpenAI] = []
+
+    def make(h: Harness, key: str) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
 
 
 @pytest.fixture
-def aclient(harness: Harness, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=harness.base_url, api_key=key, max_retries=0)
+def client(sdk: Callable[[Harness, str], openai.OpenAI], harness: Harness,
+           key: str) -> openai.OpenAI:
+    return sdk(harness, key)
+
+
+@pytest.fixture
+async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=harness.base_url, api_key=key, max_retries=0) as c:
+        yield c

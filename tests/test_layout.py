@@ -8,6 +8,7 @@ Imports are read with ``ast`` (nothing is imported): ``import a.b`` and ``from a
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -188,3 +189,13 @@ def test_http_handlers_never_import_the_app() -> None:
     bad = {n: sorted(i for i in _direct_imports(n) if _forbidden(i, ("proxy.app",)))
            for n in handlers}
     assert {n: i for n, i in bad.items() if i} == {}
+
+
+def test_test_folders_are_not_packages_and_test_names_are_unique() -> None:
+    """Test files are imported by their basename (pytest's rootdir/prepend mode, folders without
+    ``__init__.py``: a ``tests/http`` package would shadow the standard library's ``http``), so
+    no folder under tests/ is a package and each basename is used once."""
+    tests = ROOT / "tests"
+    assert sorted(str(p.relative_to(ROOT)) for p in tests.rglob("__init__.py")) == []
+    names = Counter(p.name for p in tests.rglob("*.py"))
+    assert {name: n for name, n in names.items() if n > 1} == {}

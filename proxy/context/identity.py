@@ -28,16 +28,44 @@ def conversation_key(org: str, public_id: str) -> str:
 
 
 def fingerprint_id(org: str, messages: Sequence[Mapping[str, Any]]) -> str:
-    """A stable public id for a conversation that sent no ``X-Conversation-Id``."""
-    h = hashlib.blake2b(digest_size=12)
-    h.update(org.encode())
+    """A stable public id for a conversation that sent no ``X-Conversation-Id``: a digest of
+    the organization, every system/developer message and the first user message."""
+    picked: list[Mapping[str, Any]] = []
     first_user = False
     for m in messages:
         role = m.get("role")
         if role in ("system", "developer") or (role == "user" and not first_user):
-            h.update(fingerprint(m))
+            picked.append(m)
             first_user = first_user or role == "user"
-    return "fp-" + h.hexdigest()
+    memo_key = _memo_key(org, picked)
+    found = _memo.get(memo_key) if memo_key is not None else None
+    if found is None:
+        h = hashlib.blake2b(digest_size=12)
+        h.update(org.encode())
+        for m in picked:
+            h.update(fingerprint(m))
+        found = "fp-" + h.hexdigest()
+        if memo_key is not None:
+            if len(_memo) >= _MEMO_LIMIT:
+                _memo.clear()
+            _memo[memo_key] = found
+    return found
+
+
+# The same opening arrives every turn: remember its id by the exact values (a dict compares
+# them after hashing, so a hit is never a collision), sparing the digest of the system prompt.
+_memo: dict[tuple[Any, ...], str] = {}
+_MEMO_LIMIT = 10_000
+
+
+def _memo_key(org: str, picked: Sequence[Mapping[str, Any]]) -> tuple[Any, ...] | None:
+    parts: list[Any] = [org]
+    for m in picked:
+        items = tuple(sorted(m.items()))
+        if not all(type(v) is str for _, v in items):
+            return None  # content parts and the like: digest them every time
+        parts.append(items)
+    return tuple(parts)
 
 
 def valid_public_id(value: str) -> bool:

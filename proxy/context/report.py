@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.context.records import CompactionRecord
@@ -51,6 +51,3 @@ class ContextReport:
         return (f": context-compacted kind={self.outcome} divider={self.divider.id} "
                 f"tokens_before={self.tokens_before} tokens_after={self.tokens_after}\n\n"
                 ).encode()
-
-    def retry(self, reason: str) -> ContextReport:
-        return replace(self, retried=reason)

@@ -45,7 +45,6 @@ class TokenCounter:
         self.max_entries = max_entries
         self.offload_chars = offload_chars
         self.encoded_messages = 0
-        self.cache_hits = 0
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, Any], tuple[int, int]] = OrderedDict()
@@ -179,7 +178,6 @@ class TokenCounter:
                 if hit is not None:
                     cache.move_to_end(key)
                     out[i] = hit
-            self.cache_hits += sum(1 for v in out if v is not None)
         missing = [i for i, v in enumerate(out) if v is None]
         if missing:
             enc = self.encoding(model)

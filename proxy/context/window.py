@@ -111,7 +111,6 @@ class WindowResolver:
         self._lock = asyncio.Lock()
         self._litellm_cache: dict[str, int | None] = {}
         self._learned: dict[str, int] = {}
-        self.fetches = 0
 
     def learn(self, model: str, window: int) -> None:
         """Remember a limit the upstream stated when it refused a request as too long; it caps
@@ -142,17 +141,12 @@ class WindowResolver:
         """The model's window, or ``None`` when no source knows it."""
         return (await self.resolve(model, policy))[0]
 
-    def invalidate(self) -> None:
-        """Forget the upstream's model list (e.g. after the upstream URL changed)."""
-        self._expires = float("-inf")
-
     async def _upstream_models(self) -> dict[str, int]:
         if self._fetch is None or self._clock() < self._expires:
             return self._upstream
         async with self._lock:
             if self._clock() < self._expires:  # another caller refreshed it meanwhile
                 return self._upstream
-            self.fetches += 1
             try:
                 self._upstream = parse_models(await self._fetch())
                 self._expires = self._clock() + self._ttl

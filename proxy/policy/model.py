@@ -270,5 +270,3 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
         fallback_window=merged["fallback_window"],
     )
 
-
-DEFAULT_POLICY = Policy()

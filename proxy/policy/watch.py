@@ -70,7 +70,6 @@ class FolderWatcher:
         self._ticks = 0
         self.errors = 0
         self.reloads = 0
-        self.last_error: str | None = None
 
     def poll(self) -> PlatformConfig | None:
         self._ticks += 1
@@ -91,11 +90,9 @@ class FolderWatcher:
             cfg = load_policies(self.folder)
         except ConfigError as e:
             self.errors += 1
-            self.last_error = str(e)
             log.error("policy reload rejected, the last good policy stays in force: %s", e)
             return None
         self.reloads += 1
-        self.last_error = None
         old = self.applied
         if (cfg.upstream_url, cfg.api_key_env, cfg.auth_mode) != (
                 old.upstream_url, old.api_key_env, old.auth_mode):

@@ -26,7 +26,6 @@ from typing import Any, Literal
 from proxy.policy.model import RerankPolicy
 
 Outcome = Literal["applied", "skipped", "timeout", "error", "unparsable"]
-OUTCOMES: tuple[Outcome, ...] = ("applied", "skipped", "timeout", "error", "unparsable")
 
 # Bounds the prompt: a retrieval passage longer than this is cut in the prompt only (the
 # response always carries the client's full document).

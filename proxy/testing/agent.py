@@ -48,7 +48,6 @@ WORDS = tuple("invoice amount decimal rounding total customer ledger line tax cu
               "assert fixture module return value cents precision float context error pass"
               .split())
 PLAN_STEPS = ("read billing/rounding.py", "switch to Decimal", "fix tests", "run the suite")
-TOOL_NAMES = ("read_file", "run_tests", "grep", "write_todos")
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
         "name": name, "description": desc,

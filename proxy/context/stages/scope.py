@@ -36,6 +36,3 @@ class Scope:
 
     def with_window(self, window: int | None) -> Scope:
         return replace(self, window=window)
-
-    def with_policy(self, policy: Policy) -> Scope:
-        return replace(self, policy=policy)

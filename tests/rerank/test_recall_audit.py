@@ -22,7 +22,7 @@ from proxy.rerank.audit import (
 from proxy.testing.fake_upstream import embed
 from proxy.testing.harness import Harness
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS, QUERIES = ROOT / "examples" / "corpus.jsonl", ROOT / "examples" / "queries.jsonl"
 
 # Four documents on a 2-d "embedding" plane; each query word occurs in exactly one document.

@@ -49,7 +49,7 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["path"]}}}]
 
 
-def test_tool_call_round_trip(make_harness) -> None:
+def test_tool_call_round_trip(make_harness, sdk) -> None:
     from proxy.testing.fake_upstream import FakeUpstream
 
     def responder(body):
@@ -61,7 +61,7 @@ def test_tool_call_round_trip(make_harness) -> None:
             "function": {"name": "read_file", "arguments": json.dumps({"path": "a.txt"})}}]}
 
     h = make_harness(fake=FakeUpstream(responder=responder))
-    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    c = sdk(h, h.create_key())
     msgs: list = [{"role": "user", "content": "read a.txt"}]
     first = c.chat.completions.create(model="gpt-4o", messages=msgs, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]

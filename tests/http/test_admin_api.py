@@ -22,16 +22,16 @@ TRIGGER = "compaction.trigger_ratio"
 
 class Admin:
     def __init__(self, h: Harness, token: str | None = TOKEN) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.h = h
-        self.http = httpx.Client(base_url=h.base_url.removesuffix("/v1"), headers=headers,
-                                 timeout=30)
+        self.base = h.base_url.removesuffix("/v1")
         self.seen: list[str] = []  # every response body, to check nothing secret leaks
 
     def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
-             **kw: Any) -> httpx.Response:
+             headers: dict[str, str] | None = None) -> httpx.Response:
         content = raw if raw is not None else (None if body is None else json.dumps(body))
-        resp = self.http.request(method, path, content=content, **kw)
+        resp = httpx.request(method, self.base + path, content=content, timeout=30,
+                             headers={**self.headers, **(headers or {})})
         self.seen.append(resp.text)
         return resp
 

@@ -44,12 +44,12 @@ def wait_for(predicate: Callable[[], bool], seconds: float) -> float:
 
 def test_yaml_change_applies_within_two_seconds_and_broken_file_is_rejected(
         make_harness: Callable[..., Harness], tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, sdk) -> None:
     folder = tmp_path / "policies"
     folder.mkdir()
     (folder / "platform.yaml").write_text(platform(32_000))
     h = make_harness(env={"CONTEXT_PROXY_POLICIES": str(folder)})
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0)
+    client = sdk(h, h.create_key("acme"))
     assert window_seen(client) == 32_000
 
     (folder / "platform.yaml").write_text(platform(16_000))

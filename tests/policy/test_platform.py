@@ -1,4 +1,5 @@
-"""Platform YAML and environment settings: validated once, errors name the file and the key."""
+"""Platform YAML (``proxy.policy.platform``) and policy field values: validated once, errors
+name the file and the key."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import yaml
 from proxy.errors import ConfigError
 from proxy.policy.model import FIELDS, build_policy
 from proxy.policy.platform import PlatformConfig, load_platform, parse_platform
-from proxy.settings import load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_platform_yaml_equals_embedded_defaults() -> None:
@@ -74,35 +74,6 @@ def test_broken_yaml_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "platform.yaml").write_text("defaults: [unclosed")
     with pytest.raises(ConfigError, match=r"platform\.yaml"):
         load_platform(tmp_path)
-
-
-def test_environment_overrides_yaml(tmp_path: Path) -> None:
-    (tmp_path / "platform.yaml").write_text(
-        "upstream: {base_url: 'http://a.example/v1', api_key_env: MY_KEY}\n"
-        "auth: {mode: proxy_keys}\n")
-    s = load_settings({"CONTEXT_PROXY_POLICIES": str(tmp_path), "MY_KEY": "k1"})
-    assert (s.upstream_url, s.upstream_api_key, s.auth_mode) == ("http://a.example/v1", "k1",
-                                                                 "proxy_keys")
-    s = load_settings({"CONTEXT_PROXY_POLICIES": str(tmp_path), "MY_KEY": "k1",
-                       "CONTEXT_PROXY_UPSTREAM_URL": "http://b.example/v1/",
-                       "CONTEXT_PROXY_UPSTREAM_API_KEY": "k2",
-                       "CONTEXT_PROXY_AUTH_MODE": "passthrough", "CONTEXT_PROXY_PORT": "9000",
-                       "CONTEXT_PROXY_MANUAL_COMPACTION": "true",
-                       "CONTEXT_PROXY_UPSTREAM_TIMEOUT_S": "12.5"})
-    assert (s.upstream_url, s.upstream_api_key, s.auth_mode, s.port) == (
-        "http://b.example/v1", "k2", "passthrough", 9000)
-    assert s.manual_compaction is True and s.upstream_timeout_s == 12.5
-
-
-@pytest.mark.parametrize("env", [
-    {"CONTEXT_PROXY_AUTH_MODE": "nobody"}, {"CONTEXT_PROXY_PORT": "http"},
-    {"CONTEXT_PROXY_MANUAL_COMPACTION": "maybe"}, {"CONTEXT_PROXY_UPSTREAM_TIMEOUT_S": "-1"},
-    {"CONTEXT_PROXY_UPSTREAM_URL": "localhost:8000"},
-])
-def test_bad_environment_names_the_variable(env: dict[str, str]) -> None:
-    with pytest.raises(ConfigError) as info:
-        load_settings(env)
-    assert next(iter(env)) in str(info.value)
 
 
 @pytest.mark.parametrize("value, days", [(7, 7.0), (0.5, 0.5), ("12h", 0.5), ("2d", 2.0),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,24 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.cli.demo import BURIED_FACT, MEMORY, SYSTEM, TASK, TOOLS, agent_turn, opening_messages
 from proxy.context.stages.mask import spill_id as spill_id_of
 from proxy.context.stages.messages import is_summary
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.tokens import TokenCounter
+from proxy.testing import agent
+from proxy.testing.agent import DEMO, DEMO_FACT, MEMORY, SYSTEM, TASK, TOOLS
 from proxy.testing.fake_upstream import FakeUpstream, Fault, is_summary_request
 from proxy.testing.harness import Harness
 
 MODEL = "agent-32k"
 WINDOW = 32_768
-FACTS = ["AZURE-FALCON-42", "CUST-7781", "BILLING-CI-9", BURIED_FACT]
+FACTS = ["AZURE-FALCON-42", "CUST-7781", "BILLING-CI-9", DEMO_FACT]
+
+
+def session(seed: int, sizes: tuple[int, int]) -> agent.AgentSpec:
+    """The demo's agent session (its opening, tools and buried fact) with another seed and
+    tool outputs of ``sizes`` tokens."""
+    return replace(DEMO, seed=seed, output_tokens=sizes)
 
 
 class Script:
@@ -76,17 +83,16 @@ def contains_run(haystack: list[dict[str, Any]], run: list[dict[str, Any]]) -> b
     return any(haystack[i:i + len(run)] == run for i in range(len(haystack) - len(run) + 1))
 
 
-def test_long_agent_session_stays_inside_the_window(make_harness) -> None:
+def test_long_agent_session_stays_inside_the_window(make_harness, sdk) -> None:
     h, script = start(make_harness)
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     counter = TokenCounter()
-    rng = random.Random(11)
-    messages = opening_messages()
+    spec = session(11, (1000, 4000))
+    messages = agent.opening_messages(spec)
     outcomes: list[str] = []
     sent = received = 0
     trigger = 0.80 * WINDOW
-    for turn in range(1, 121):
-        assistant, results = agent_turn(turn, rng, sizes=(1000, 4000))
+    for turn, (assistant, results) in enumerate(agent.turns(spec, 120), start=1):
         script.next = assistant
         summaries_before = len(h.fake.summary_requests())
         raw = client.chat.completions.with_raw_response.create(
@@ -123,22 +129,12 @@ def test_long_agent_session_stays_inside_the_window(make_harness) -> None:
 
 
 def crossing_conversation(rng_seed: int = 5, turns: int = 14) -> list[dict[str, Any]]:
-    rng = random.Random(rng_seed)
-    messages = opening_messages()
-    for turn in range(1, turns + 1):
-        assistant, results = agent_turn(turn, rng, sizes=(1800, 2200))
-        messages += [assistant, *results]
-    return messages
+    return agent.conversation(session(rng_seed, (1800, 2200)), turns)
 
 
 def big_conversation() -> list[dict[str, Any]]:
     """Over the compaction trigger even after masking (the five newest results are large)."""
-    rng = random.Random(3)
-    messages = opening_messages()
-    for turn in range(1, 11):
-        assistant, results = agent_turn(turn, rng, sizes=(5000, 6000))
-        messages += [assistant, *results]
-    return messages
+    return agent.conversation(session(3, (5000, 6000)), 10)
 
 
 NO_MASKING = "defaults:\n  masking: {enabled: false}\n"
@@ -158,7 +154,8 @@ async def test_concurrent_requests_share_one_summary(make_harness, tmp_path: Pat
             extra_headers={"X-Conversation-Id": "busy"})
         return raw.headers["X-Context-Compaction"]
 
-    outcomes = await asyncio.gather(*(one() for _ in range(10)))
+    async with client:
+        outcomes = await asyncio.gather(*(one() for _ in range(10)))
     assert sorted(outcomes) == ["auto"] + ["reused"] * 9
     assert len(h.fake.summary_requests()) == 1
     received = h.fake.chat_requests()
@@ -169,7 +166,7 @@ async def test_concurrent_requests_share_one_summary(make_harness, tmp_path: Pat
 
 
 @pytest.mark.parametrize("fault", ["timeout", "error", "empty"])
-def test_failed_summary_fails_open(make_harness, tmp_path: Path, fault: str) -> None:
+def test_failed_summary_fails_open(make_harness, tmp_path: Path, fault: str, sdk) -> None:
     fake: dict[str, Any] = {}
     if fault == "timeout":
         fake["summary_delay_s"] = 3.0
@@ -185,7 +182,7 @@ def test_failed_summary_fails_open(make_harness, tmp_path: Path, fault: str) -> 
         fake["summarizer"] = empty_once
     h, _script = start(make_harness, env=policies(
         tmp_path, "defaults:\n  compaction: {summary_timeout_s: 0.5}\n"), **fake)
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     messages = big_conversation()
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages, tools=TOOLS, extra_headers={"X-Conversation-Id": "f"})
@@ -224,12 +221,12 @@ def test_manual_compaction_is_off_by_default(make_harness) -> None:
     assert status == 403 and body["error"]["code"] == "manual_compaction_disabled"
 
 
-def test_manual_compaction(make_harness) -> None:
+def test_manual_compaction(make_harness, sdk) -> None:
     h, _script = start(make_harness, settings={"manual_compaction": True})
     key = h.create_key()
-    client = openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0)
+    client = sdk(h, key)
     headers = {"X-Conversation-Id": "m1"}
-    first = opening_messages()
+    first = agent.opening_messages(DEMO)
     client.chat.completions.create(model=MODEL, messages=first, extra_headers=headers)
     status, body = post_json(h, key, "/conversations/m1/compact",
                              {"model": MODEL, "messages": first})
@@ -258,9 +255,9 @@ def test_manual_compaction(make_harness) -> None:
     assert [d["kind"] for d in dividers] == ["manual"]
 
 
-def test_compact_now_header(make_harness) -> None:
+def test_compact_now_header(make_harness, sdk) -> None:
     h, _ = start(make_harness, settings={"manual_compaction": True})
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=crossing_conversation(turns=4), tools=TOOLS,
         extra_headers={"X-Conversation-Id": "m2", "X-Context-Compact": "now"})
@@ -268,10 +265,10 @@ def test_compact_now_header(make_harness) -> None:
     assert raw.headers["X-Context-Divider-Id"].startswith("div_")
 
 
-def test_other_organizations_get_404(make_harness) -> None:
+def test_other_organizations_get_404(make_harness, sdk) -> None:
     h, _ = start(make_harness, settings={"manual_compaction": True})
     owner, other = h.create_key("acme"), h.create_key("globex")
-    client = openai.OpenAI(base_url=h.base_url, api_key=owner, max_retries=0)
+    client = sdk(h, owner)
     messages = big_conversation()
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages, tools=TOOLS, extra_headers={"X-Conversation-Id": "x"})
@@ -281,7 +278,7 @@ def test_other_organizations_get_404(make_harness) -> None:
     spill_id = spill_id_of(masked_original["content"])
     mine = client.get(f"/conversations/x/spills/{spill_id}", cast_to=object)
     assert mine["content"] == masked_original["content"]  # type: ignore[index]
-    intruder = openai.OpenAI(base_url=h.base_url, api_key=other, max_retries=0)
+    intruder = sdk(h, other)
     for path in ("/conversations/x/dividers", f"/conversations/x/spills/{spill_id}"):
         with pytest.raises(openai.NotFoundError):
             intruder.get(path, cast_to=object)
@@ -290,9 +287,9 @@ def test_other_organizations_get_404(make_harness) -> None:
     assert status == 404
 
 
-def test_stream_gets_headers_and_comment(make_harness) -> None:
+def test_stream_gets_headers_and_comment(make_harness, sdk) -> None:
     h, _ = start(make_harness)
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=big_conversation(), tools=TOOLS, stream=True,
         extra_headers={"X-Conversation-Id": "s"})
@@ -302,11 +299,11 @@ def test_stream_gets_headers_and_comment(make_harness) -> None:
     assert text.rstrip().endswith("data: [DONE]")
 
 
-def test_reactive_retry_when_upstream_says_too_long(make_harness, tmp_path: Path) -> None:
+def test_reactive_retry_when_upstream_says_too_long(make_harness, tmp_path: Path, sdk) -> None:
     # The policy believes the window is 64k; the upstream enforces 32k.
     h, _ = start(make_harness, env=policies(tmp_path, NO_MASKING + "models: {agent-32k: "
                                             "{context_window: 65536}}\n"))
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=crossing_conversation(turns=20), tools=TOOLS)
     assert raw.status_code == 200
@@ -314,10 +311,10 @@ def test_reactive_retry_when_upstream_says_too_long(make_harness, tmp_path: Path
     assert raw.headers["X-Context-Compaction"] == "auto"
 
 
-def test_upstream_usage_corrects_later_estimates(make_harness, tmp_path: Path) -> None:
+def test_upstream_usage_corrects_later_estimates(make_harness, tmp_path: Path, sdk) -> None:
     # The upstream counts 40% more than our tokenizer: the proxy must compact earlier.
     h, _ = start(make_harness, usage_scale=1.4, env=policies(tmp_path, NO_MASKING))
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     messages = crossing_conversation(turns=9)  # under 0.8 × 32k by our count, over × 1.4
     assert 0.8 * WINDOW / 1.4 < TokenCounter().count_messages(messages, MODEL, TOOLS) \
         < 0.8 * WINDOW
@@ -331,9 +328,9 @@ def test_upstream_usage_corrects_later_estimates(make_harness, tmp_path: Path) -
         int(first.headers["X-Context-Tokens-Before"])
 
 
-def test_metrics_move_by_the_right_amount(make_harness) -> None:
+def test_metrics_move_by_the_right_amount(make_harness, sdk) -> None:
     h, _ = start(make_harness)
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0)
+    client = sdk(h, h.create_key("acme"))
     messages = big_conversation()
     raws = [client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages, tools=TOOLS, extra_headers={"X-Conversation-Id": "mt"})
@@ -357,12 +354,12 @@ def test_metrics_move_by_the_right_amount(make_harness) -> None:
     assert metric(h, "context_proxy_overhead_seconds_count", route="chat") == 2
 
 
-def test_dividers_cli_matches_the_api(make_harness) -> None:
+def test_dividers_cli_matches_the_api(make_harness, sdk) -> None:
     import subprocess
     import sys
 
     h, _ = start(make_harness)
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0)
+    client = sdk(h, h.create_key("acme"))
     client.chat.completions.create(model=MODEL, messages=big_conversation(), tools=TOOLS,
                                    extra_headers={"X-Conversation-Id": "cli"})
     api = client.get("/conversations/cli/dividers", cast_to=object)

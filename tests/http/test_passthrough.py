@@ -7,18 +7,17 @@ import json
 import urllib.error
 import urllib.request
 
-import openai
 import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.testing.harness import Harness
 
 
-def test_models_and_embeddings_through_the_sdk(make_harness) -> None:
+def test_models_and_embeddings_through_the_sdk(make_harness, sdk) -> None:
     from proxy.testing.fake_upstream import FakeUpstream
 
     h = make_harness(fake=FakeUpstream(models={"my-llama": 32768}))
-    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    c = sdk(h, h.create_key())
     assert [m.id for m in c.models.list()] == ["my-llama"]
     emb = c.embeddings.create(model="e", input=["alpha beta", "gamma"])
     assert len(emb.data) == 2 and len(emb.data[0].embedding) == 64
@@ -64,6 +63,7 @@ def test_other_routes_need_a_key(harness: Harness) -> None:
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"{harness.base_url}/models")
     assert info.value.code == 401
+    info.value.close()
     assert harness.fake.requests == []
 
 

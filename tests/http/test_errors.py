@@ -113,8 +113,8 @@ def test_missing_or_unknown_key_is_401(harness: Harness, auth: str | None) -> No
     assert harness.fake.requests == []
 
 
-def test_sdk_sees_authentication_error(harness: Harness) -> None:
-    c = openai.OpenAI(base_url=harness.base_url, api_key="cp-wrong", max_retries=0)
+def test_sdk_sees_authentication_error(harness: Harness, sdk) -> None:
+    c = sdk(harness, "cp-wrong")
     with pytest.raises(openai.AuthenticationError):
         c.chat.completions.create(**GOOD)
     with pytest.raises(openai.AuthenticationError):
@@ -127,9 +127,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_upstream_refusing_connection_is_502(make_harness) -> None:
+def test_upstream_refusing_connection_is_502(make_harness, sdk) -> None:
     h = make_harness(upstream_url=f"http://127.0.0.1:{_free_port()}/v1")
-    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    c = sdk(h, h.create_key())
     with pytest.raises(openai.InternalServerError) as info:
         c.chat.completions.create(**GOOD)
     assert info.value.status_code == 502

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
 from proxy.context.tokens import TokenCounter
 from proxy.testing.fake_upstream import FakeUpstream
@@ -32,7 +31,7 @@ def conversation() -> list[dict[str, Any]]:
 
 
 def test_two_orgs_with_different_triggers_behave_differently(
-        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+        make_harness: Callable[..., Harness], tmp_path: Path, sdk) -> None:
     folder = tmp_path / "policies"
     folder.mkdir()
     (folder / "platform.yaml").write_text(
@@ -44,16 +43,19 @@ def test_two_orgs_with_different_triggers_behave_differently(
     messages = conversation()
     share = TokenCounter().count_messages(messages, MODEL) / WINDOW
     assert 0.5 < share < 0.8, share
-    admin = httpx.Client(base_url=h.base_url.removesuffix("/v1"),
-                         headers={"Authorization": f"Bearer {TOKEN}"})
-    for org, trigger in (("eager", 0.5), ("patient", 0.9)):
-        resp = admin.patch(f"/admin/orgs/{org}/policy",
-                           content=json.dumps({"compaction.trigger_ratio": trigger}))
+
+    def set_trigger(org: str, trigger: float) -> None:
+        resp = httpx.patch(f"{h.base_url.removesuffix('/v1')}/admin/orgs/{org}/policy",
+                           content=json.dumps({"compaction.trigger_ratio": trigger}),
+                           headers={"Authorization": f"Bearer {TOKEN}"})
         assert resp.status_code == 200, resp.text
+
+    for org, trigger in (("eager", 0.5), ("patient", 0.9)):
+        set_trigger(org, trigger)
 
     outcomes = {}
     for org in ("eager", "patient"):
-        client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(org), max_retries=0)
+        client = sdk(h, h.create_key(org))
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=messages,  # type: ignore[arg-type]
             extra_headers={"X-Conversation-Id": "same-shape"})
@@ -67,10 +69,8 @@ def test_two_orgs_with_different_triggers_behave_differently(
     assert len(h.fake.summary_requests()) == 1
 
     # The same organization follows an admin change on its very next request.
-    resp = admin.patch("/admin/orgs/patient/policy",
-                       content=json.dumps({"compaction.trigger_ratio": 0.5}))
-    assert resp.status_code == 200
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key("patient"), max_retries=0)
+    set_trigger("patient", 0.5)
+    client = sdk(h, h.create_key("patient"))
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages,  # type: ignore[arg-type]
         extra_headers={"X-Conversation-Id": "same-shape"})

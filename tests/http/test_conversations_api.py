@@ -63,10 +63,10 @@ def test_bad_conversation_id_header(harness: Harness, key: str) -> None:
     assert status == 400 and body["error"]["param"] == "X-Conversation-Id"
 
 
-def test_conversation_routes(harness: Harness, key: str) -> None:
+def test_conversation_routes(harness: Harness, key: str, sdk) -> None:
     status, _ = call(harness, key, "GET", "/conversations/never-seen/dividers")
     assert status == 404
-    client = openai.OpenAI(base_url=harness.base_url, api_key=key, max_retries=0)
+    client = sdk(harness, key)
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
         extra_headers={"X-Conversation-Id": "seen"})
@@ -78,8 +78,8 @@ def test_conversation_routes(harness: Harness, key: str) -> None:
     assert status == 404 and body["error"]["code"] == "spill_not_found"
 
 
-def test_fingerprint_id_is_reported(harness: Harness, key: str) -> None:
-    client = openai.OpenAI(base_url=harness.base_url, api_key=key, max_retries=0)
+def test_fingerprint_id_is_reported(harness: Harness, key: str, sdk) -> None:
+    client = sdk(harness, key)
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"}]
     first = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=msgs)
     more = [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
@@ -97,11 +97,11 @@ def test_manual_compaction_bad_body(make_harness, body: Any) -> None:
     assert stored_rows(h) == 0
 
 
-def test_upstream_error_still_carries_context_headers(make_harness) -> None:
+def test_upstream_error_still_carries_context_headers(make_harness, sdk) -> None:
     from proxy.testing.fake_upstream import FakeUpstream, Fault
 
     h = make_harness(fake=FakeUpstream(faults=[Fault(status=500)]))
-    client = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    client = sdk(h, h.create_key())
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model="gpt-4o",
                                        messages=[{"role": "user", "content": "x"}], stream=True)

@@ -43,11 +43,11 @@ def test_database_holds_no_plaintext_key(tmp_path: Path) -> None:
     assert json.loads(listing.stdout.splitlines()[0])["id"] == created["id"]
 
 
-def test_revoked_key_is_refused_at_once_even_from_another_process(harness: Harness) -> None:
+def test_revoked_key_is_refused_at_once_even_from_another_process(harness: Harness, sdk) -> None:
     assert harness.settings is not None
     out = cli(harness.settings.db_path, "keys", "create", "--org", "acme")
     created = json.loads(out.stdout)
-    c = openai.OpenAI(base_url=harness.base_url, api_key=created["key"], max_retries=0)
+    c = sdk(harness, created["key"])
     c.chat.completions.create(model="gpt-4o", messages=MSG)
     revoked = cli(harness.settings.db_path, "keys", "revoke", created["id"])
     assert revoked.returncode == 0, revoked.stderr
@@ -57,7 +57,7 @@ def test_revoked_key_is_refused_at_once_even_from_another_process(harness: Harne
 
 
 def test_upstream_key_never_reaches_client_logs_or_metrics(
-        make_harness, caplog: pytest.LogCaptureFixture) -> None:
+        make_harness, caplog: pytest.LogCaptureFixture, sdk) -> None:
     caplog.set_level(logging.DEBUG)
     fake = FakeUpstream()
     h = make_harness(fake=fake)
@@ -65,7 +65,7 @@ def test_upstream_key_never_reaches_client_logs_or_metrics(
     fake.faults += [Fault(status=401, body={"error": {"message": f"bad key {secret}"}}),
                     Fault(drop=True), Fault(status=500)]
     seen: list[str] = []
-    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    c = sdk(h, h.create_key())
     for _ in range(4):
         try:
             raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=MSG)
@@ -82,9 +82,9 @@ def test_upstream_key_never_reaches_client_logs_or_metrics(
         assert secret not in text
 
 
-def test_passthrough_forwards_client_key_and_binds_org(make_harness, tmp_path: Path) -> None:
+def test_passthrough_forwards_client_key_and_binds_org(make_harness, tmp_path: Path, sdk) -> None:
     h = make_harness(auth_mode="passthrough")
-    c = openai.OpenAI(base_url=h.base_url, api_key="sk-client-own-key", max_retries=0)
+    c = sdk(h, "sk-client-own-key")
     c.chat.completions.create(model="gpt-4o", messages=MSG)
     assert h.fake.requests[-1].headers["Authorization"] == "Bearer sk-client-own-key"
     assert h.state.auth.authenticate  # a binding picks the organization

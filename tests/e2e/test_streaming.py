@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import time
 
-import openai
-
 from proxy.testing.fake_upstream import FakeUpstream
 
 
-def test_first_chunk_arrives_before_upstream_finishes(make_harness) -> None:
+def test_first_chunk_arrives_before_upstream_finishes(make_harness, sdk) -> None:
     fake = FakeUpstream(stream_delay_s=0.4, stream_chunks=4)
     h = make_harness(fake=fake)
-    c = openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0)
+    c = sdk(h, h.create_key())
     start = time.monotonic()
     stream = c.chat.completions.create(
         model="gpt-4o", stream=True,

@@ -1,0 +1,190 @@
+"""ContextService without a server: single flight, reuse, no loops, usage correction, fail-open
+and where blocking work runs. The summarizer is injected; the store is a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from factories import assistant, system, tool_turn, user, words
+
+from proxy.auth import Principal
+from proxy.context.job import ChatRequest
+from proxy.context.offload import run_inline, run_off_loop
+from proxy.context.records import Records
+from proxy.context.service import ContextService
+from proxy.context.stages.messages import is_summary
+from proxy.context.stages.summary import SummaryFailed
+from proxy.context.tokens import TokenCounter
+from proxy.context.window import WindowResolver
+from proxy.http.parse import check_chat
+from proxy.metrics import Metrics
+from proxy.policy.model import validate_layer
+from proxy.policy.platform import PlatformConfig
+from proxy.policy.service import PolicyService
+from proxy.store import Store
+
+MODEL = "svc-model"
+WINDOW = 8_000
+ALICE = Principal("acme", None, "key_1", "sk-upstream")
+
+
+class Summaries:
+    """An injected summarizer: records each call; ``gate`` holds the calls until it is set."""
+
+    def __init__(self, reply: str = "SUMMARY: the user wants the report; CODE-42.") -> None:
+        self.reply = reply
+        self.calls: list[list[dict[str, Any]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.error: Exception | None = None
+
+    def factory(self, principal: Principal, model: str, timeout_s: float) -> Any:
+        async def summarize(prompt: list[dict[str, Any]], max_tokens: int) -> str:
+            self.calls.append(prompt)
+            await self.gate.wait()
+            if self.error is not None:
+                raise self.error
+            return self.reply
+
+        return summarize
+
+
+def service(tmp_path: Path, summaries: Summaries, counter: TokenCounter | None = None,
+            **fields: Any) -> ContextService:
+    store = Store(tmp_path / "svc.db")
+    # A summary model with a large window: one call per compaction, not pieces and a merge.
+    layer = validate_layer({"models": {MODEL: WINDOW, "summary-model": 1_000_000},
+                            "compaction.summary_model": "summary-model",
+                            "masking.enabled": False, **fields})
+    policies = PolicyService(PlatformConfig(defaults=layer), store)
+    return ContextService(counter=counter or TokenCounter(),
+                          windows=WindowResolver(None, litellm_lookup=None),
+                          records=Records(store), metrics=Metrics(), policies=policies,
+                          summarizers=summaries.factory)
+
+
+def chat(messages: list[dict[str, Any]]) -> ChatRequest:
+    body = {"model": MODEL, "messages": messages}
+    return check_chat(orjson.dumps(body), body)
+
+
+def history(turns: int, size: int = 300, head: str = "You are a careful agent.") -> list[Any]:
+    msgs: list[dict[str, Any]] = [system(head), user("Build the report generator.")]
+    for t in range(turns):
+        msgs += tool_turn("read_file", words(size, t), {"path": f"src/m{t}.py"})
+        msgs.append(assistant(f"Step {t} done."))
+    return msgs
+
+
+async def test_concurrent_requests_share_one_summary(tmp_path: Path) -> None:
+    summaries = Summaries()
+    summaries.gate.clear()
+    svc = service(tmp_path, summaries)
+    request = chat(history(turns=30))
+    jobs = [await svc.prepare(ALICE, request, "c1") for _ in range(3)]
+    tasks = [asyncio.create_task(svc.manage(job)) for job in jobs]
+    await asyncio.sleep(0.05)
+    summaries.gate.set()
+    reports = await asyncio.gather(*tasks)
+    assert len(summaries.calls) == 1
+    assert sorted(r.outcome for r in reports) == ["auto", "reused", "reused"]
+    leader = next(r for r in reports if r.outcome == "auto")
+    assert leader.divider is not None
+    assert all(r.messages == leader.messages for r in reports)
+    assert leader.messages is not None and any(is_summary(m) for m in leader.messages)
+    assert len(svc.records.dividers(jobs[0].key)) == 1
+
+
+async def test_the_next_turn_reuses_the_stored_summary(tmp_path: Path) -> None:
+    summaries = Summaries()
+    svc = service(tmp_path, summaries)
+    msgs = history(turns=30)
+    first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
+    assert first.outcome == "auto" and first.messages is not None
+    grown = [*msgs, user("And the totals row?"), assistant("Added.")]
+    second = await svc.manage(await svc.prepare(ALICE, chat(grown), "c1"))
+    assert second.outcome == "reused" and len(summaries.calls) == 1
+    assert second.messages == [*first.messages, *grown[len(msgs):]]
+    assert second.divider is None and second.tokens_after < second.tokens_before
+    edited = [*msgs[:3], {**msgs[3], "content": "edited"}, *msgs[4:]]  # another prefix
+    third = await svc.manage(await svc.prepare(ALICE, chat(edited), "c1"))
+    assert third.outcome == "auto" and len(summaries.calls) == 2
+
+
+async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
+        tmp_path: Path) -> None:
+    summaries = Summaries()
+    svc = service(tmp_path, summaries)
+    msgs = history(turns=20, head=words(6_000, 1))  # the system prompt alone is near the trigger
+    first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
+    assert first.outcome == "insufficient" and first.divider is not None
+    assert len(summaries.calls) == 1
+    # One more turn moves the cut past older messages (something new to summarize), but adds
+    # less than a keep window (800 tokens): no new summary yet.
+    small = [*msgs, *tool_turn("read_file", words(300, 99)), assistant("Step 20 done.")]
+    again = await svc.manage(await svc.prepare(ALICE, chat(small), "c1"))
+    assert again.outcome == "insufficient" and len(summaries.calls) == 1
+    big = small + history(turns=6)[2:]  # more than a keep window's worth of new messages
+    later = await svc.manage(await svc.prepare(ALICE, chat(big), "c1"))
+    assert len(summaries.calls) == 2 and later.outcome == "insufficient"
+
+
+async def test_the_upstream_count_corrects_later_estimates(tmp_path: Path) -> None:
+    svc = service(tmp_path, Summaries())
+    msgs = history(turns=4)
+    job = await svc.prepare(ALICE, chat(msgs), "c1")
+    report = await svc.manage(job)
+    assert job.ratio == 1.0 and report.outcome == "none"
+    await svc.record_usage(job, report, round(report.estimate_after * 1.5))
+    again = await svc.prepare(ALICE, chat(msgs), "c1")
+    assert again.ratio == 1.5
+    assert again.scope.policy.compaction.trigger_ratio == pytest.approx(0.8 / 1.5)
+    corrected = await svc.manage(again)
+    assert corrected.tokens_before == round(report.tokens_before * 1.5)
+    assert corrected.estimate_after == report.estimate_after
+    other = await svc.prepare(ALICE, chat(msgs), "c2")  # another conversation: uncorrected
+    assert other.ratio == 1.0
+
+
+@pytest.mark.parametrize("error", [SummaryFailed("empty"), TimeoutError()])
+async def test_a_failed_summary_leaves_the_conversation_unchanged(
+        tmp_path: Path, error: Exception) -> None:
+    summaries = Summaries()
+    summaries.error = error
+    summaries.gate.clear()
+    svc = service(tmp_path, summaries)
+    request = chat(history(turns=30))
+    jobs = [await svc.prepare(ALICE, request, "c1") for _ in range(2)]
+    tasks = [asyncio.create_task(svc.manage(job)) for job in jobs]
+    await asyncio.sleep(0.05)
+    summaries.gate.set()
+    reports = await asyncio.gather(*tasks)
+    assert [r.outcome for r in reports] == ["failed", "failed"] and len(summaries.calls) == 1
+    assert all(r.messages is None and r.divider is None for r in reports)
+    assert svc.records.dividers(jobs[0].key) == [] and svc.records.latest(jobs[0].key) is None
+
+
+async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
+    threads: list[int] = []
+
+    class Recording(TokenCounter):
+        def token_pairs(self, messages: Any, model: str) -> list[tuple[int, int]]:
+            threads.append(threading.get_ident())
+            return super().token_pairs(messages, model)
+
+    counter = Recording(offload_chars=20_000)
+    counter.encoding(MODEL)
+    svc = service(tmp_path, Summaries(), counter)
+    small = await svc.prepare(ALICE, chat(history(turns=1)), "small")
+    big = await svc.prepare(ALICE, chat(history(turns=40)), "big")
+    assert small.offload is run_inline and big.offload is run_off_loop
+    await svc.manage(small)
+    assert set(threads) == {threading.get_ident()}
+    threads.clear()
+    await svc.manage(big)
+    assert threads and threading.get_ident() not in threads

@@ -45,8 +45,10 @@ def serve_fake(chunk_delay_ms: float) -> None:
               file=sys.stderr)
         fakeupstream.approx_tokens = lambda messages: len(json.dumps(messages)) // 4
 
+    # No prompt cache: this bench times the relays, and the baseline should stay cheap.
     fake = fakeupstream.FakeUpstream(models=dict(MODELS), record=False,
-                                     stream_delay_s=chunk_delay_ms / 1000)
+                                     stream_delay_s=chunk_delay_ms / 1000,
+                                     cache=fakeupstream.PromptCache(enabled=False))
     parent = os.getppid()
 
     async def run() -> None:

@@ -11,7 +11,6 @@ per request, ``context_proxy_rerank_duration_seconds`` once per model call, both
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -23,12 +22,9 @@ from proxy.metrics import Metrics
 from proxy.policy.model import RerankPolicy
 from proxy.rerank.order import Outcome, build_messages, merge, plan, rerank_order
 from proxy.upstream.client import Upstream
+from proxy.upstream.completion import complete
 
 log = logging.getLogger("context_proxy.rerank")
-
-
-class ModelCallFailed(Exception):
-    """The ranking call did not produce an answer (status, transport or body shape)."""
 
 
 @dataclass(frozen=True)
@@ -45,33 +41,13 @@ async def ask_model(upstream: Upstream, principal: Principal, model: str,
                     messages: list[dict[str, Any]], max_tokens: int) -> tuple[str | None, int]:
     """One chat completion through the shared upstream session: ``(content, total_tokens)``.
 
-    Raises ``ModelCallFailed`` (or the upstream's ``ApiError``) when no answer came back; the
+    Raises ``CompletionFailed`` (or the upstream's ``ApiError``) when no answer came back; the
     caller bounds the whole call with its own timeout.
     """
-    payload = {"model": model, "messages": messages, "temperature": 0,
-               "max_tokens": max_tokens, "stream": False}
-    # The shared session neither decompresses nor adds a Content-Type: ask for plain JSON.
-    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-    if principal.upstream_key:
-        headers["Authorization"] = f"Bearer {principal.upstream_key}"
-    resp = await upstream.open("POST", "/chat/completions", headers,
-                               json.dumps(payload).encode())
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    if resp.status != 200:
-        raise ModelCallFailed(f"upstream answered {resp.status}")
-    try:
-        data = json.loads(raw)
-        message = data["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ModelCallFailed("upstream answer is not a chat completion") from None
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    tokens = usage.get("total_tokens", 0)
-    content = message.get("content") if isinstance(message, dict) else None
-    return (content if isinstance(content, str) else None,
-            tokens if isinstance(tokens, int) else 0)
+    answer = await complete(upstream, principal.upstream_key,
+                            {"model": model, "messages": messages, "temperature": 0,
+                             "max_tokens": max_tokens})
+    return answer.content, answer.total_tokens
 
 
 class Reranker:
@@ -110,7 +86,7 @@ class Reranker:
                                                  max_tokens)
         except TimeoutError:
             order, outcome, tokens = merge(n, None), "timeout", 0
-        except Exception as e:  # an ApiError (502/504), ModelCallFailed, a transport error
+        except Exception as e:  # an ApiError (502/504), CompletionFailed, a transport error
             log.warning("rerank call failed for org %s: %s", principal.org,
                         getattr(e, "message", None) or type(e).__name__)
             order, outcome, tokens = merge(n, None), "error", 0

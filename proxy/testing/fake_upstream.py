@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
+from proxy.context.token_formula import REPLY_PRIMING
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -31,6 +32,7 @@ class Recorded:
     query: str
     headers: dict[str, str]
     body: bytes
+    usage: dict[str, Any] | None = None  # what a chat answer reported, cached tokens included
 
     @property
     def json(self) -> Any:
@@ -52,14 +54,67 @@ class Fault:
 _counter: Any = None
 
 
-def approx_tokens(messages: list[dict[str, Any]]) -> int:
-    """Prompt tokens as a real upstream would report them (o200k_base via tiktoken)."""
+def _token_counter() -> Any:
     global _counter
     from proxy.context.tokens import TokenCounter
 
     if _counter is None:
         _counter = TokenCounter()
-    return int(_counter.count_messages(messages, "gpt-4o"))
+    return _counter
+
+
+def approx_tokens(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
+    """Prompt tokens as a real upstream would report them (o200k_base via tiktoken)."""
+    return int(_token_counter().count_messages(messages, "gpt-4o", tools))
+
+
+@dataclass
+class PromptCache:
+    """A provider's prompt cache, emulated the way OpenAI bills it.
+
+    Per API key and model the recent prompts are remembered; a new prompt is served from cache
+    for the longest prefix it shares with one of them: the same ``tools``, then the same leading
+    messages, whole messages at a time. Nothing is cached under ``min_tokens`` (1,024) shared
+    tokens, and what is cached is counted in steps of ``step`` (128) tokens, rounded down.
+    """
+
+    min_tokens: int = 1024
+    step: int = 128
+    keep: int = 64  # prompts remembered per key and model
+    enabled: bool = True
+    _seen: dict[tuple[str, str], list[tuple[Any, list[dict[str, Any]]]]] = \
+        field(default_factory=dict)
+
+    def cached_tokens(self, key: str, body: dict[str, Any], message_tokens: list[int],
+                      tools_tokens: int) -> int:
+        """What a prompt would be served from cache; the prompt is then remembered.
+        ``message_tokens`` counts each message; ``tools_tokens`` the tools schemas."""
+        if not self.enabled:
+            return 0
+        model, tools = str(body.get("model")), body.get("tools")
+        messages = body.get("messages") or []
+        seen = self._seen.setdefault((key, model), [])
+        n = 0
+        for old_tools, old in reversed(seen):  # newest first: usually the previous turn
+            if old_tools == tools:
+                n = max(n, _common(messages, old))
+                if n == len(old):
+                    break
+        seen.append((tools, messages))
+        del seen[:-self.keep]
+        # Tools are rendered first, then the messages.
+        shared = tools_tokens + sum(message_tokens[:n]) if n else 0
+        return shared // self.step * self.step if shared >= self.min_tokens else 0
+
+
+def _common(messages: list[dict[str, Any]], old: list[dict[str, Any]]) -> int:
+    """How many leading messages two prompts share."""
+    if len(old) <= len(messages) and messages[:len(old)] == old:
+        return len(old)  # one comparison in C: the usual case, a grown conversation
+    n = 0
+    while n < min(len(messages), len(old)) and messages[n] == old[n]:
+        n += 1
+    return n
 
 
 SUMMARY_PROMPT_START = SUMMARY_SYSTEM_PROMPT[:48]
@@ -102,6 +157,7 @@ class FakeUpstream:
     stream_chunks: int = 4
     requests: list[Recorded] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    cache: PromptCache = field(default_factory=PromptCache)
     record: bool = True
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -173,7 +229,11 @@ class FakeUpstream:
                     "message": "fake upstream fault", "type": "server_error", "param": None,
                     "code": None}}
                 return web.json_response(err, status=fault.status)
-        prompt_tokens = round(approx_tokens(body["messages"]) * self.usage_scale)
+        counter = _token_counter()
+        per_message = counter.message_token_list(body["messages"], "gpt-4o")
+        tools_tokens = counter.tools_tokens(body.get("tools"), "gpt-4o")
+        prompt_tokens = round((sum(per_message) + tools_tokens + REPLY_PRIMING)
+                              * self.usage_scale)
         window = self.models.get(body.get("model", ""))
         if self.enforce_windows and window and prompt_tokens > window:
             return web.json_response({"error": {
@@ -188,8 +248,12 @@ class FakeUpstream:
             answer = self.responder(body)
             message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
         assert isinstance(message, dict)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 8, "total_tokens": 0}
-        usage["total_tokens"] = usage["prompt_tokens"] + 8
+        cached = min(prompt_tokens, self.cache.cached_tokens(
+            request.headers.get("Authorization", ""), body, per_message, tools_tokens))
+        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
+                                 "total_tokens": prompt_tokens + 8,
+                                 "prompt_tokens_details": {"cached_tokens": cached}}
+        rec.usage = usage
         if body.get("stream"):
             return await self._stream(request, body, message, usage)
         return web.json_response({
@@ -199,7 +263,7 @@ class FakeUpstream:
             "usage": usage})
 
     async def _stream(self, request: web.Request, body: dict[str, Any],
-                      message: dict[str, Any], usage: dict[str, int]) -> web.StreamResponse:
+                      message: dict[str, Any], usage: dict[str, Any]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)

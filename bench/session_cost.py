@@ -1,0 +1,167 @@
+"""What long agent sessions cost through context-proxy, against the client's own pass-through.
+
+Plays deterministic agent sessions (``proxy.testing.agent``, tool outputs of about 1–4k
+tokens) through the proxy with the official ``openai`` SDK, in front of the in-process fake
+upstream, whose prompt cache bills like OpenAI's (``PromptCache``: per key and model, the
+longest shared prefix of whole messages, nothing under 1,024 tokens, steps of 128). For every
+session it prints the upstream prompt tokens (main and summary calls), the cached tokens and
+their share, the prefix rewrites (``context_proxy_prefix_rewrites_total``), the summary calls
+and their cached share, and the cache-adjusted cost at cached prices of 0.1, 0.25 and 0.5 of
+the input price, as a ratio to the client's own pass-through cost (``proxy.testing.cost``):
+over the whole session, and over the turns where pass-through still fits the window.
+
+    .venv/bin/python bench/session_cost.py            # all six sessions, a few minutes
+    .venv/bin/python bench/session_cost.py --only 150x128k
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import openai
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from proxy.policy.model import validate_layer  # noqa: E402
+from proxy.policy.platform import PlatformConfig  # noqa: E402
+from proxy.testing import agent  # noqa: E402
+from proxy.testing.cost import Call, cached_share, cost, passthrough  # noqa: E402
+from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_request  # noqa: E402
+from proxy.testing.harness import Harness  # noqa: E402
+
+PRICES = (0.1, 0.25, 0.5)
+SPEC = agent.AgentSpec(seed=11, output_tokens=(850, 3300))
+
+
+@dataclass(frozen=True)
+class Session:
+    turns: int
+    window: int
+    in_steps: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.turns}x{self.window // 1000}k"
+
+    @property
+    def model(self) -> str:
+        return f"gpt-4o-w{self.window // 1000}k"  # an o200k model name: both sides count alike
+
+
+SESSIONS = [Session(t, w, s) for t, w in ((150, 128_000), (40, 32_000), (300, 200_000))
+            for s in (True, False)]
+
+
+@dataclass
+class Played:
+    session: Session
+    calls: list[Call] = field(default_factory=list)
+    fits: list[Call] = field(default_factory=list)  # calls made in turns where pass-through fits
+    client: list[int] = field(default_factory=list)  # the client's prompt tokens per turn
+    rewrites: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Script:
+    def __init__(self) -> None:
+        self.next: dict[str, Any] = {}
+
+    def respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.next
+
+
+def _calls(fake: FakeUpstream, start: int) -> list[Call]:
+    out = []
+    for rec in fake.requests[start:]:
+        if rec.path == "/v1/chat/completions" and rec.usage is not None:
+            details = rec.usage.get("prompt_tokens_details") or {}
+            out.append(Call(int(rec.usage["prompt_tokens"]), int(details.get("cached_tokens", 0)),
+                            summary=is_summary_request(rec.json)))
+    return out
+
+
+def play(session: Session) -> Played:
+    script = Script()
+    fake = FakeUpstream(models={session.model: session.window}, responder=script.respond)
+    layer = validate_layer({"masking.in_steps": session.in_steps})
+    played = Played(session)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, \
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig(defaults=layer)) as h, \
+            openai.OpenAI(base_url=h.base_url, api_key=h.create_key("bench"),
+                          max_retries=0) as client:
+        messages = agent.opening_messages(SPEC)
+        for assistant, results in agent.turns(SPEC, session.turns):
+            script.next = assistant
+            start = len(fake.requests)
+            client.chat.completions.create(
+                model=session.model, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
+                extra_headers={"X-Conversation-Id": f"bench-{session.name}"})
+            prompt = approx_tokens(messages, agent.TOOLS)
+            played.client.append(prompt)
+            calls = _calls(fake, start)
+            played.calls += calls
+            if prompt <= session.window:
+                played.fits += calls
+            messages = [*messages, assistant, *results]
+        registry = h.state.metrics.registry
+        for stage in ("mask", "compact"):
+            played.rewrites[stage] = registry.get_sample_value(
+                "context_proxy_prefix_rewrites_total", {"stage": stage}) or 0.0
+    played.seconds = time.monotonic() - started
+    return played
+
+
+def _ratios(calls: Sequence[Call], base: Sequence[Call]) -> str:
+    return " ".join(f"{cost(calls, p) / cost(base, p):5.2f}" for p in PRICES)
+
+
+def report(results: Sequence[Played]) -> None:
+    print(f"{'session':<9} {'steps':<5} {'upstream':>10} {'cached':>10} {'share':>6} "
+          f"{'rewr':>5} {'summ':>5} {'s.share':>7} {'cost/pass (0.1 0.25 0.5)':>24} "
+          f"{'fits: cost/pass':>19} {'up/client':>9} {'secs':>5}")
+    for r in results:
+        base = passthrough(r.client)
+        fits_base = [c for c, p in zip(base, r.client, strict=True) if p <= r.session.window]
+        summaries = [c for c in r.calls if c.summary]
+        upstream = sum(c.prompt_tokens for c in r.calls)
+        print(f"{r.session.name:<9} {str(r.session.in_steps).lower():<5} {upstream:>10,} "
+              f"{sum(c.cached_tokens for c in r.calls):>10,} {cached_share(r.calls):>6.3f} "
+              f"{sum(r.rewrites.values()):>5.0f} {len(summaries):>5} "
+              f"{cached_share(summaries) if summaries else 0.0:>7.3f} "
+              f"{_ratios(r.calls, base):>24} {_ratios(r.fits, fits_base):>19} "
+              f"{upstream / sum(r.client):>9.3f} {r.seconds:>5.0f}")
+    print("\ncost/pass: cache-adjusted cost through the proxy over the client's own pass-through "
+          "(each turn cached up to the previous one, window infinite), at cached prices of 0.1, "
+          "0.25 and 0.5 of input; fits: the same over the turns where pass-through fits the "
+          "window; rewr: prefix rewrites (mask + compact); summ: summary calls; up/client: "
+          "upstream prompt tokens over the client's.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", action="append", help="session name, e.g. 150x128k (repeatable)")
+    p.add_argument("--turns", type=int, help="override every session's turn count")
+    args = p.parse_args(argv)
+    sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
+    if args.turns:
+        sessions = [replace(s, turns=args.turns) for s in sessions]
+    results = []
+    for s in sessions:
+        print(f"playing {s.name} in_steps={str(s.in_steps).lower()} ...", file=sys.stderr)
+        results.append(play(s))
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

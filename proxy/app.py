@@ -20,6 +20,7 @@ from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, chat, conversations, ops, relay, rerank
 from proxy.http.middleware import error_middleware
+from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
 from proxy.policy.watch import watch
@@ -44,7 +45,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
         summarizers=litellm_summarizers(settings.upstream_url))
-    app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context)
+    app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
+                            CheckedLists())
     background = [asyncio.create_task(_purge_spills(context.records))]
     yield
     for task in background:

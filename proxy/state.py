@@ -8,6 +8,7 @@ from aiohttp import web
 
 from proxy.auth import Authenticator
 from proxy.context.service import ContextService
+from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
 from proxy.settings import Settings
@@ -24,6 +25,7 @@ class ProxyState:
     metrics: Metrics
     policies: PolicyService
     context: ContextService
+    checked: CheckedLists  # message lists already checked, so a resent history is not again
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)

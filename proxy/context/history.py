@@ -3,8 +3,9 @@
 Clients resend the whole history every turn. Comparing the new message list with the last one
 (a C-level walk that stops at the first difference, no hashing, no allocation per message) tells
 how many leading messages are unchanged; their token counts are taken over and only the rest go
-through the token counter. When the last request had checked the stored compaction's prefix
-hash against the same leading messages, the check is not repeated.
+through the token counter, and only a large rest is worth a worker thread. When the last request
+had checked the stored compaction's prefix hash against the same leading messages, the check is
+not repeated.
 
 Bounded by the total size of the request bodies remembered (least recently used go first).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.context.tokens import TokenCounter
@@ -26,13 +27,24 @@ MAX_CONVERSATIONS = 20_000
 
 
 @dataclass(frozen=True)
-class Recalled:
-    """Per-message counts aligned with the new list, how many leading messages equal the last
-    request's, and the (prefix hash, covered) the last request verified (``None``: none)."""
+class Known:
+    """What the conversation's last request tells about this one: how many leading messages are
+    unchanged, their counts, and the (prefix hash, covered) it verified against them
+    (``None``: none)."""
 
-    pairs: list[Pair]
     unchanged: int
+    pairs: list[Pair]
     verified: tuple[str, int] | None
+
+    def pairs_for(self, counter: TokenCounter, messages: Sequence[Mapping[str, Any]],
+                  model: str) -> list[Pair]:
+        """Counts of every message of ``messages``: the unchanged ones taken over, the rest
+        counted (blocking when the new messages are large: run it where the service says)."""
+        fresh = counter.token_pairs(messages[self.unchanged:], model)
+        return self.pairs + fresh if self.unchanged else fresh
+
+
+NOTHING = Known(0, [], None)
 
 
 @dataclass(frozen=True)
@@ -54,21 +66,29 @@ class History:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def recall(self, key: str, messages: Sequence[Mapping[str, Any]], model: str) -> Recalled:
-        """The counts of ``messages`` (see ``Recalled``), encoding only messages not seen in
-        the conversation's last request or in the counter's cache."""
+    def recall(self, key: str, messages: Sequence[Mapping[str, Any]], model: str,
+               repeats: Sequence[Mapping[str, Any]] | None = None) -> Known:
+        """Compare ``messages`` with the conversation's last request (no counting: a walk in C
+        that stops at the first difference). ``repeats``: a list ``messages`` is known to start
+        with; when it is that last request's own list, the comparison is spared."""
         with self._lock:
             last = self._last.get(key)
-        unchanged = 0
-        if last is not None and last.model == model:
-            n = min(len(last.messages), len(messages))
-            if messages[:n] == last.messages[:n]:
-                unchanged = n
-        fresh = self.counter.token_pairs(messages[unchanged:], model)
-        pairs = last.pairs[:unchanged] + fresh if last is not None and unchanged else fresh
-        verified = last.verified if last is not None and last.verified is not None and \
-            last.verified[1] <= unchanged else None
-        return Recalled(pairs, unchanged, verified)
+        if last is None or last.model != model:
+            return NOTHING
+        n = min(len(last.messages), len(messages))
+        if last.messages is not repeats and messages[:n] != last.messages[:n]:
+            return NOTHING
+        verified = last.verified if last.verified is not None and last.verified[1] <= n \
+            else None
+        return Known(n, last.pairs[:n], verified)
+
+    def verify(self, key: str, verified: tuple[str, int]) -> None:
+        """Record that the last request's first ``verified[1]`` messages hash to
+        ``verified[0]`` (a compaction was just made of them)."""
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and verified[1] <= len(last.messages):
+                self._last[key] = replace(last, verified=verified)
 
     def remember(self, key: str, messages: Sequence[Mapping[str, Any]], model: str,
                  pairs: list[Pair], verified: tuple[str, int] | None, size: int) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import orjson
 
 from proxy.auth import Principal
+from proxy.context.history import Known
 from proxy.context.offload import Offload
 from proxy.context.records import CompactionRecord
 from proxy.context.report import ContextReport
@@ -18,7 +19,8 @@ from proxy.policy.model import Policy
 @dataclass(frozen=True, eq=False)
 class ChatRequest:
     """A chat completion request that passed the shape and ordering checks. ``raw`` is the
-    client's exact body, forwarded as it is when the proxy changes nothing."""
+    client's exact body, forwarded as it is when the proxy changes nothing. ``repeats``: an
+    earlier request's message list that this one's starts with (``None``: not known)."""
 
     raw: bytes
     body: dict[str, Any]
@@ -26,6 +28,7 @@ class ChatRequest:
     model: str
     tools: list[Any] | None
     stream: bool
+    repeats: list[Any] | None = None
 
     def outgoing(self, report: ContextReport) -> bytes:
         """The body to send upstream for ``report``."""
@@ -40,7 +43,10 @@ class Job:
     window, and how its blocking work runs. A retry re-plans from the same job.
 
     ``policy`` is the resolved policy; ``scope.policy`` is that policy corrected by the
-    conversation's usage ``ratio`` (what the stages plan with)."""
+    conversation's usage ``ratio`` (what the stages plan with). ``known``: what the
+    conversation's last request tells about this one. ``offload`` runs the plan (in a worker
+    thread when new messages must be encoded at length); ``bulk`` runs work over the whole body,
+    such as hashing a covered prefix (in a thread when the body is large)."""
 
     principal: Principal
     request: ChatRequest
@@ -50,7 +56,9 @@ class Job:
     scope: Scope
     ratio: float
     prior: CompactionRecord | None
+    known: Known
     offload: Offload
+    bulk: Offload
     force: bool = False
     kind: Literal["auto", "manual"] = "auto"
 

@@ -22,6 +22,7 @@ from proxy.context.job import ChatRequest, Job
 from proxy.context.offload import offload_for
 from proxy.context.records import CompactionRecord, Records
 from proxy.context.report import ContextReport, Outcome
+from proxy.context.stages.messages import prefix_hash
 from proxy.context.stages.plan import Plan, plan
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.summary import SummaryFailed
@@ -88,11 +89,15 @@ class ContextService:
         policy = self.policies.resolve(principal.org, principal.user)
         window = await self.windows.window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
-        big = self.counter.needs_offload(request.messages, request.model, len(request.raw))
+        known = self.history.recall(key, request.messages, request.model, request.repeats)
+        # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
+        # much new text to encode (it releases the GIL) or hashlib a large prefix.
+        new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)
+        bulk = len(request.raw) > self.counter.offload_chars
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools), ratio,
-                   self.records.latest(key), offload_for(big), force=manual,
-                   kind="manual" if manual else "auto")
+                   self.records.latest(key), known, offload_for(new), offload_for(bulk),
+                   force=manual, kind="manual" if manual else "auto")
 
     # --- plan and execute -----------------------------------------------------------------------
 
@@ -116,12 +121,11 @@ class ContextService:
         """The pure plan, from the conversation's last request where the messages repeat it
         (blocking: runs where ``job.offload`` says)."""
         req = job.request
-        known = self.history.recall(job.key, req.messages, req.model)
-        p = plan(req.messages, job.scope, prior, job.force if force is None else force,
-                 known.pairs, known.verified)
+        pairs = job.known.pairs_for(self.counter, req.messages, req.model)
+        p = plan(req.messages, job.scope, prior, job.force if force is None else force, pairs,
+                 job.known.verified)
         verified = (p.view.prior.prefix_hash, p.view.prior.covered) if p.view.prior else None
-        self.history.remember(job.key, req.messages, req.model, known.pairs, verified,
-                              len(req.raw))
+        self.history.remember(job.key, req.messages, req.model, pairs, verified, len(req.raw))
         return p
 
     async def retry_overflow(self, job: Job, stated_limit: int | None) -> ContextReport:
@@ -144,7 +148,8 @@ class ContextService:
                              divider, retried)
 
     async def _compact(self, job: Job, p: Plan, retried: str | None) -> ContextReport:
-        flight = (job.key, p.prefix_hash)
+        phash = await job.bulk(prefix_hash, job.request.messages, p.covered)
+        flight = (job.key, phash)
         if flight in self._inflight:  # another request of this conversation is making it
             record = await asyncio.shield(self._inflight[flight])
             if record is None:
@@ -155,7 +160,7 @@ class ContextService:
             asyncio.get_running_loop().create_future()
         self._inflight[flight] = future
         try:
-            report, record = await self._summarize(job, p, retried)
+            report, record = await self._summarize(job, p, phash, retried)
             future.set_result(record)
             return report
         except BaseException:
@@ -164,7 +169,7 @@ class ContextService:
         finally:
             del self._inflight[flight]
 
-    async def _summarize(self, job: Job, p: Plan, retried: str | None
+    async def _summarize(self, job: Job, p: Plan, phash: str, retried: str | None
                          ) -> tuple[ContextReport, CompactionRecord | None]:
         cp = job.policy.compaction
         summary_model = cp.summary_model or job.request.model
@@ -187,10 +192,11 @@ class ContextService:
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
         self.metrics.summary_tokens.inc(summary_tokens)
         record = await self.records.add_compaction(
-            job.principal.org, job.key, kind=job.kind, prefix_hash=p.prefix_hash,
+            job.principal.org, job.key, kind=job.kind, prefix_hash=phash,
             covered=p.covered, preserved=p.preserved, summary=done.summary,
             summary_model=summary_model, summary_tokens=summary_tokens,
             tokens_before=p.tokens_before, tokens_after=done.tokens_after, status=done.status)
+        self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
         return self._report(job, p, outcome, retried, compacted=done, divider=record), record
 

@@ -29,7 +29,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     principal = state.auth.authenticate(request)
     current_key.set(principal.upstream_key)
-    chat = await read_chat(request, state.settings.max_body_bytes)
+    chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     forced = manual.requested(request.headers.get(manual.HEADER),
                               state.settings.manual_compaction, chat.messages)
     job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),

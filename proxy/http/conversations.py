@@ -52,7 +52,7 @@ async def compact_now(request: web.Request) -> web.Response:
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
         raise bad_request("The conversation id must be 1–256 printable characters.")
-    chat = await read_chat(request, state.settings.max_body_bytes)
+    chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     manual.require_assistant_turn(chat.messages)
     key = conversation_key(principal.org, public)
     if not state.context.records.exists(key):

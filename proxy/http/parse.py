@@ -13,6 +13,7 @@ and strict (invalid UTF-8, lone surrogates, NaN, integers beyond 64 bits and nes
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -46,14 +47,60 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-async def read_chat(request: web.Request, limit: int) -> ChatRequest:
+class CheckedLists:
+    """The message lists of recent requests that passed the checks, by their opening message.
+
+    A request that repeats one of them and adds messages (a client resending its history) has
+    only the added messages checked: the repeated ones passed before, and the list they form
+    ended with every call answered, so the ordering check starts afresh after them. Knowing
+    what repeats costs one comparison in C. Bounded by the bodies' total size."""
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, max_lists: int = 20_000) -> None:
+        self.max_bytes, self.max_lists = max_bytes, max_lists
+        self._lists: OrderedDict[tuple[str, str], tuple[list[Any], int]] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def _key(messages: list[Any]) -> tuple[str, str] | None:
+        first = messages[0]
+        if type(first) is dict and type(first.get("role")) is str and \
+                type(first.get("content")) is str:
+            return first["role"], first["content"]
+        return None
+
+    def repeated(self, messages: list[Any]) -> list[Any] | None:
+        """The checked list that ``messages`` starts with, if any."""
+        key = self._key(messages)
+        found = self._lists.get(key) if key is not None else None
+        if found is None:
+            return None
+        old = found[0]
+        return old if len(old) <= len(messages) and messages[:len(old)] == old else None
+
+    def remember(self, messages: list[Any], size: int) -> None:
+        key = self._key(messages)
+        if key is None:
+            return
+        old = self._lists.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        self._lists[key] = (messages, size)
+        self._bytes += size
+        while self._lists and (self._bytes > self.max_bytes or len(self._lists) > self.max_lists):
+            self._bytes -= self._lists.popitem(last=False)[1][1]
+
+
+async def read_chat(request: web.Request, limit: int, checked: CheckedLists | None = None
+                    ) -> ChatRequest:
     """Read, parse and check a chat completion request (see the module docstring)."""
     raw = await read_body(request, limit)
-    return check_chat(raw, parse_json_object(raw))
+    return check_chat(raw, parse_json_object(raw), checked)
 
 
-def check_chat(raw: bytes, body: dict[str, Any]) -> ChatRequest:
-    """Check ``body`` (parsed from ``raw``): shape first, then the message ordering."""
+def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = None
+               ) -> ChatRequest:
+    """Check ``body`` (parsed from ``raw``): shape first, then the message ordering. With
+    ``checked``, messages that repeat a list already checked are not checked again."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a non-empty string.", param="model")
@@ -62,9 +109,12 @@ def check_chat(raw: bytes, body: dict[str, Any]) -> ChatRequest:
         raise bad_request("'messages' is required and must be a list.", param="messages")
     if not messages:
         raise bad_request("'messages' must contain at least one message.", param="messages")
+    repeats = checked.repeated(messages) if checked is not None else None
+    start = len(repeats) if repeats is not None else 0
     ordering = OrderingCheck()
     step = ordering.step
-    for i, msg in enumerate(messages):
+    for i in range(start, len(messages)):
+        msg = messages[i]
         step(i, _check_message(i, msg), msg)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
@@ -76,7 +126,9 @@ def check_chat(raw: bytes, body: dict[str, Any]) -> ChatRequest:
     if problems:
         raise bad_request(f"Invalid message sequence: {problems[0]}", param="messages",
                           code="invalid_message_sequence")
-    return ChatRequest(raw, body, messages, model, tools, stream is True)
+    if checked is not None:
+        checked.remember(messages, len(raw))
+    return ChatRequest(raw, body, messages, model, tools, stream is True, repeats)
 
 
 def _check_message(i: int, msg: Any) -> str:

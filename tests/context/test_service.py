@@ -181,10 +181,20 @@ async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
     counter.encoding(MODEL)
     svc = service(tmp_path, Summaries(), counter)
     small = await svc.prepare(ALICE, chat(history(turns=1)), "small")
-    big = await svc.prepare(ALICE, chat(history(turns=40)), "big")
+    msgs = history(turns=40)
+    big = await svc.prepare(ALICE, chat(msgs), "big")
     assert small.offload is run_inline and big.offload is run_off_loop
+    assert small.bulk is run_inline and big.bulk is run_off_loop
     await svc.manage(small)
     assert set(threads) == {threading.get_ident()}
     threads.clear()
     await svc.manage(big)
     assert threads and threading.get_ident() not in threads
+    # The next turn repeats the big history: only its new messages are counted, on the loop,
+    # and only work over the whole body (hashing a covered prefix) would take a thread.
+    threads.clear()
+    grown = await svc.prepare(ALICE, chat([*msgs, user("more"), assistant("ok")]), "big")
+    assert grown.known.unchanged == len(msgs)
+    assert grown.offload is run_inline and grown.bulk is run_off_loop
+    await svc.manage(grown)
+    assert set(threads) == {threading.get_ident()}

@@ -3,8 +3,8 @@
 ``plan`` takes the client's messages, the scope and the conversation's stored compaction (the
 "prior") and decides everything that needs no I/O: whether the prior's covered prefix is still
 the client's prefix (then its summary stands in for it, with no new call), what masking
-replaces, whether compaction triggers, where it cuts, which client messages the new summary
-would cover and the hash of that prefix. The service runs it off the loop for large inputs and
+replaces, whether compaction triggers, where it cuts and which client messages the new summary
+would cover. The service runs it off the loop for large inputs and
 does the I/O the plan asks for (spills, the summary call, the divider).
 """
 
@@ -54,9 +54,9 @@ class View:
 class Plan:
     """What to do with one request.
 
-    ``action``: ``forward`` (send ``outgoing``: the view, masked), ``summarize`` (make a summary
-    of the client's first ``covered`` messages, keeping ``preserved`` verbatim; its prefix hash
-    is ``prefix_hash``) or ``insufficient`` (compaction triggered but cannot help: forward).
+    ``action``: ``forward`` (send the view, masked), ``summarize`` (make a summary of the
+    client's first ``covered`` messages, keeping ``preserved`` verbatim) or ``insufficient``
+    (compaction triggered but cannot help: forward).
     ``tokens_before`` counts the request as the client sent it.
     """
 
@@ -67,7 +67,6 @@ class Plan:
     action: Action
     covered: int = 0
     preserved: tuple[int, ...] = ()
-    prefix_hash: str = ""
 
     @property
     def tokens_after_mask(self) -> int:
@@ -119,8 +118,7 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     origin = view.origin
     covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
     preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
-    return Plan(view, mask, cplan, before, action, covered, preserved,
-                prefix_hash(messages, covered))
+    return Plan(view, mask, cplan, before, action, covered, preserved)
 
 
 def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: bool) -> Action:

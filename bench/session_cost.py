@@ -39,7 +39,10 @@ from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_
 from proxy.testing.harness import Harness  # noqa: E402
 
 PRICES = (0.1, 0.25, 0.5)
-SPEC = agent.AgentSpec(seed=11, output_tokens=(850, 3300))
+SPEC = agent.AgentSpec(seed=11, output_tokens=(1200, 4200), thought_words=(10, 40))
+"""A coding agent: a line of text and a tool call per turn, tool outputs of about 1-4k tokens
+(median 2.4k; parallel calls split one draw), so that pass-through outgrows a 128k window after
+about 40 turns."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def _calls(fake: FakeUpstream, start: int) -> list[Call]:
     return out
 
 
-def play(session: Session) -> Played:
+def play(session: Session, spec: agent.AgentSpec = SPEC) -> Played:
     script = Script()
     fake = FakeUpstream(models={session.model: session.window}, responder=script.respond)
     layer = validate_layer({"masking.in_steps": session.in_steps})
@@ -99,8 +102,8 @@ def play(session: Session) -> Played:
             Harness(Path(tmp), fake=fake, platform=PlatformConfig(defaults=layer)) as h, \
             openai.OpenAI(base_url=h.base_url, api_key=h.create_key("bench"),
                           max_retries=0) as client:
-        messages = agent.opening_messages(SPEC)
-        for assistant, results in agent.turns(SPEC, session.turns):
+        messages = agent.opening_messages(spec)
+        for assistant, results in agent.turns(spec, session.turns):
             script.next = assistant
             start = len(fake.requests)
             client.chat.completions.create(
@@ -151,14 +154,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", action="append", help="session name, e.g. 150x128k (repeatable)")
     p.add_argument("--turns", type=int, help="override every session's turn count")
+    p.add_argument("--output-tokens", type=int, nargs=2, metavar=("LOW", "HIGH"),
+                   help="tool output sizes the generator draws (default 1200 4200)")
+    p.add_argument("--thought-words", type=int, nargs=2, metavar=("LOW", "HIGH"),
+                   help="words of the assistant's text per turn (default 10 40)")
     args = p.parse_args(argv)
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]
+    spec = SPEC
+    if args.output_tokens:
+        spec = replace(spec, output_tokens=tuple(args.output_tokens))
+    if args.thought_words:
+        spec = replace(spec, thought_words=tuple(args.thought_words))
     results = []
     for s in sessions:
         print(f"playing {s.name} in_steps={str(s.in_steps).lower()} ...", file=sys.stderr)
-        results.append(play(s))
+        results.append(play(s, spec))
     report(results)
     return 0
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from proxy.auth import Authenticator
 from proxy.context.records import Records
-from proxy.context.service import ContextService, litellm_summarizers
+from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, chat, conversations, ops, relay, rerank
@@ -44,14 +44,19 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
-        summarizers=litellm_summarizers(settings.upstream_url))
+        summarizers=upstream_summarizers(upstream))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
                             CheckedLists())
-    background = [asyncio.create_task(_purge_spills(context.records))]
+    background = [asyncio.create_task(_purge_spills(context.records)),
+                  asyncio.create_task(_flush_usage(context.records))]
     yield
     for task in background:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
+    try:
+        await context.records.flush_usage()
+    except Exception:
+        log.exception("writing the last usage figures failed")
     await lazy.shutdown()
     await upstream.close()
     store.close()
@@ -65,6 +70,16 @@ async def _purge_spills(records: Records) -> None:
         except Exception:
             log.exception("purging expired spills failed")
         await asyncio.sleep(3600)
+
+
+async def _flush_usage(records: Records, every_s: float = 2.0) -> None:
+    """Write the upstream usage counted in memory, every few seconds."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await records.flush_usage()
+        except Exception:
+            log.exception("writing usage figures failed; they are kept for the next try")
 
 
 async def policy_context(app: web.Application) -> AsyncIterator[None]:

@@ -74,6 +74,23 @@ class Metrics:
             "context_proxy_summary_tokens_total", "Tokens of the summaries written.",
             registry=r)
 
+        # --- the provider's prompt cache (SPEC sections 4-6) ---
+        self.upstream_prompt_tokens = Counter(
+            "context_proxy_upstream_prompt_tokens",
+            "Prompt tokens the upstream reported, main and summary calls.", ["model"],
+            registry=r)
+        self.upstream_cached_tokens = Counter(
+            "context_proxy_upstream_cached_tokens",
+            "Of those, the tokens the upstream served from its prompt cache.", ["model"],
+            registry=r)
+        self.prefix_rewrites = Counter(
+            "context_proxy_prefix_rewrites",
+            "Requests whose messages differ from what the conversation's previous request "
+            "sent, by the stage that changed them: mask (a masking step), compact (a new "
+            "summary).", ["stage"], registry=r)
+        for stage in ("mask", "compact"):
+            self.prefix_rewrites.labels(stage)
+
         # --- policies (SPEC section 7) ---
         self.policy_reloads = Counter(
             "context_proxy_policy_reloads_total",
@@ -100,6 +117,7 @@ class Metrics:
         self.upstream_chat = self.upstream_duration.labels("chat")
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._usage_children: dict[str, tuple[Any, Any]] = {}
 
     def model_label(self, model: str) -> str:
         """``model`` as a label value: clients name models freely, so past ``MAX_MODELS``
@@ -134,6 +152,19 @@ class Metrics:
                 self.tokens_received.labels(org, label), self.tokens_sent.labels(org, label))
         children[0].inc(received)
         children[1].inc(sent)
+
+    def upstream_usage(self, model: str, prompt_tokens: int, cached_tokens: int) -> None:
+        """Count what the upstream reported for one call (``model``: the model called)."""
+        children = self._usage_children.get(model)
+        if children is None:
+            if len(self._usage_children) > 10_000:
+                self._usage_children.clear()
+            label = self.model_label(model)
+            children = self._usage_children[model] = (
+                self.upstream_prompt_tokens.labels(label),
+                self.upstream_cached_tokens.labels(label))
+        children[0].inc(prompt_tokens)
+        children[1].inc(cached_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -78,11 +78,24 @@ def _m004_drop_unused_columns(db: sqlite_utils.Database) -> None:
             db.table(table).transform(drop={column})
 
 
+def _m005_usage_totals(db: sqlite_utils.Database) -> None:
+    # What the upstream reported per conversation and model: main calls and summary calls.
+    db.table("usage_totals").create(
+        {"conversation": str, "model": str, "requests": int, "prompt_tokens": int,
+         "cached_tokens": int, "summary_calls": int, "summary_prompt_tokens": int,
+         "summary_cached_tokens": int, "updated_at": float},
+        pk=("conversation", "model"), defaults={
+            "requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "summary_calls": 0,
+            "summary_prompt_tokens": 0, "summary_cached_tokens": 0},
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
     ("003_conversations", _m003_conversations),
     ("004_drop_unused_columns", _m004_drop_unused_columns),
+    ("005_usage_totals", _m005_usage_totals),
 ]
 
 

@@ -45,9 +45,10 @@ def _old_database(path: Path) -> sqlite_utils.Database:
     return db
 
 
-def test_004_is_appended_after_the_released_migrations() -> None:
+def test_new_migrations_are_appended_after_the_released_ones() -> None:
     assert [name for name, _ in MIGRATIONS] == [
-        "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns"]
+        "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
+        "005_usage_totals"]
 
 
 def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) ->
     for table, column in DROPPED.items():
         assert column in _columns(db, table)
 
-    assert migrate(db) == ["004_drop_unused_columns"]
+    assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals"]
 
     for table, column in DROPPED.items():
         assert column not in _columns(db, table)

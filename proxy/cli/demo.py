@@ -22,7 +22,8 @@ import openai
 from proxy.context.tokens import TokenCounter
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
-from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.cost import Call, cached_share, cost, passthrough
+from proxy.testing.fake_upstream import FakeUpstream, approx_tokens
 from proxy.testing.harness import Harness
 
 MODEL = "demo-agent"
@@ -46,6 +47,17 @@ def _row(out: TextIO, *cols: object) -> None:
     out.write(" ".join(str(c).rjust(w) for c, w in zip(cols, widths, strict=True)) + "\n")
 
 
+def upstream_calls(fake: FakeUpstream) -> list[Call]:
+    """Every chat call the fake answered, main and summary, with the usage it reported."""
+    out = []
+    for rec in fake.requests:
+        if rec.path == "/v1/chat/completions" and rec.usage is not None:
+            details = rec.usage.get("prompt_tokens_details") or {}
+            out.append(Call(int(rec.usage["prompt_tokens"]),
+                            int(details.get("cached_tokens", 0))))
+    return out
+
+
 def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
     """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code."""
     counter = TokenCounter()
@@ -60,6 +72,7 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
                   f"upstream {fake.base_url} (fake, offline)\n\n")
         _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
         sent_total = received_total = 0
+        prompts: list[int] = []  # what the client's own prompts would be, as the fake counts
         started = time.monotonic()
         for turn, (assistant, results) in enumerate(agent.turns(SESSION, turns), start=1):
             last = turn == turns
@@ -70,6 +83,7 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
                 extra_headers={"X-Conversation-Id": CONVERSATION})
             raw.parse()
             client_tokens = counter.count_messages(messages, MODEL, agent.TOOLS)
+            prompts.append(approx_tokens(messages, agent.TOOLS))
             upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
                                                      MODEL, agent.TOOLS)
             sent_total += client_tokens
@@ -81,6 +95,8 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
             if not last:
                 messages += [assistant, *results]
         saved = 1 - received_total / sent_total if sent_total else 0.0
+        calls = upstream_calls(fake)
+        ratio = cost(calls, 0.1) / max(1.0, cost(passthrough(prompts), 0.1))
         final = json.dumps(fake.chat_requests()[-1]["messages"])
         dividers = client.get(f"/conversations/{CONVERSATION}/dividers", cast_to=object)
         out.write(f"\nTokens sent by the client, summed over the session:     {sent_total:>10,}\n"
@@ -89,6 +105,9 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
                   f"Summary calls made: {len(fake.summary_requests())} for "
                   f"{len(dividers['data'])} compactions (input larger than the summary "  # type: ignore[index]
                   "model's window is summarized in pieces, then merged)\n"
+                  f"Served from the upstream's prompt cache: {cached_share(calls):.0%} of the "
+                  f"upstream prompt tokens; at a cached price of 0.1 of input the session "
+                  f"costs {ratio:.2f}x what the client's own pass-through would\n"
                   f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
                   f"upstream at the last turn: {'yes' if agent.DEMO_FACT in final else 'no'}\n"
                   f"Elapsed: {time.monotonic() - started:.1f} s\n\n"

@@ -1,8 +1,14 @@
 """Compaction at the service edge: the summary call(s) for a plan, then the rewritten list.
 
-The stages decide what to summarize (``proxy.context.stages``); this module pays for it. The
-summarizer reads the original text of what it summarizes (the list before masking), so a
-fact buried in a masked tool output survives into the summary.
+The stages decide what to summarize (``proxy.context.stages``); this module pays for it. When
+the summary model is the request's own model, the summary call rides the provider's prompt
+cache: it sends the list as it is sent (the conversation's last request is a prefix of it) with
+the same tools, then what that prefix lacks (the original text of masked outputs in the covered
+range, so a fact buried in one survives) and the instruction last. When those originals do not
+fit beside the prefix, they are first condensed into notes that do (from a transcript of them
+alone, in pieces when long), and the notes go after the prefix instead. When not even the
+prefix fits, or another model summarizes, the covered range is summarized from a transcript,
+in pieces and then merged when it is long.
 """
 
 from __future__ import annotations
@@ -14,21 +20,37 @@ from typing import Any, Literal
 from proxy.context.offload import Offload
 from proxy.context.stages.compact import CompactionPlan, apply_summary
 from proxy.context.stages.scope import Scope
-from proxy.context.summarizer import Summarizer, summarize_messages
+from proxy.context.stages.summary import (
+    Prompt,
+    masked_originals,
+    prefix_prompt,
+    prompt_room,
+    restored_text,
+)
+from proxy.context.summarizer import Answer, Summarizer, call, summarize_messages
+
+MIN_NOTES = 256  # tokens: less room than this beside the prefix is not worth a notes call
+NOTES_FRAME = 64  # the intro the notes go under
 
 
 @dataclass(frozen=True)
 class Compacted:
     """A made summary and the list rewritten around it. ``status`` is ``insufficient`` when the
     rewritten list is still over the trigger (the no-loop rule then waits), and ``gain`` is
-    false when the rewrite did not shrink the list at all (then it is not used)."""
+    false when the rewrite did not shrink the list at all (then it is not used). ``answers``
+    holds each summary call's usage; ``on_prefix``: the summary rode the cached prefix."""
 
     status: Literal["compacted", "insufficient"]
     messages: list[dict[str, Any]]
     tokens_after: int
     summary: str
-    calls: int
+    answers: tuple[Answer, ...]
     gain: bool
+    on_prefix: bool = False
+
+    @property
+    def calls(self) -> int:
+        return len(self.answers)
 
 
 async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
@@ -43,12 +65,54 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
     """
     if len(originals) != len(masked):
         raise ValueError("originals must align with the masked list one to one")
-    text, calls = await summarize_messages(
-        [originals[i] for i in cplan.summarize], counter=summary_scope.counter,
-        model=summary_scope.model, summarize=summarize, max_tokens=cplan.summary_max_tokens,
-        summary_window=summary_scope.window or cplan.window, offload=offload)
+    window = summary_scope.window or cplan.window
+    answers: list[Answer] = []
+    prompt = None
+    if summary_scope.model == scope.model:  # the same model: the same cache
+        prompt = await _on_prefix(cplan, masked, originals, scope, summarize, window, offload,
+                                  answers)
+    if prompt is not None:
+        answer = await call(summarize, prompt, cplan.summary_max_tokens, scope.counter,
+                            scope.model, scope.tools or None)
+        text = answer.text
+        answers.append(answer)
+    else:
+        text, more = await summarize_messages(
+            [originals[i] for i in cplan.summarize], counter=summary_scope.counter,
+            model=summary_scope.model, summarize=summarize,
+            max_tokens=cplan.summary_max_tokens, summary_window=window, offload=offload)
+        answers += more
     rewritten = apply_summary(masked, cplan, text, scope.policy)
     after = await offload(scope.count, rewritten)
     status: Literal["compacted", "insufficient"] = \
         "insufficient" if after > cplan.trigger_tokens else "compacted"
-    return Compacted(status, rewritten, after, text, calls, gain=after < cplan.tokens_before)
+    return Compacted(status, rewritten, after, text, tuple(answers),
+                     gain=after < cplan.tokens_before, on_prefix=prompt is not None)
+
+
+async def _on_prefix(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
+                     originals: Sequence[Mapping[str, Any]], scope: Scope,
+                     summarize: Summarizer, window: int, offload: Offload,
+                     answers: list[Answer]) -> Prompt | None:
+    """The summary prompt on the cached prefix, or ``None`` when the prefix does not fit.
+    Notes on the masked originals, when they are needed, are made first (``answers`` gets
+    their calls)."""
+    counter, model, tools = scope.counter, scope.model, scope.tools
+    results = masked_originals(masked, originals, cplan.summarize)
+    full = await offload(prefix_prompt, masked, cplan.cut, restored_text(results), counter,
+                         model, tools, cplan.summary_max_tokens, window)
+    if full is not None or not results:
+        return full
+    bare = await offload(prefix_prompt, masked, cplan.cut, "", counter, model, tools,
+                         cplan.summary_max_tokens, window)
+    room = prompt_room(bare, counter, model, tools, cplan.summary_max_tokens, window) \
+        if bare is not None else 0
+    if room < MIN_NOTES:
+        return None
+    notes, made = await summarize_messages(
+        results, counter=counter, model=model, summarize=summarize,
+        max_tokens=min(room - NOTES_FRAME, cplan.summary_max_tokens), summary_window=window,
+        offload=offload)
+    answers += made
+    return await offload(prefix_prompt, masked, cplan.cut, notes, counter, model, tools,
+                         cplan.summary_max_tokens, window)

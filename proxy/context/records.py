@@ -7,6 +7,7 @@ compaction, the usage correction); every write runs on the store's writer thread
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -19,6 +20,7 @@ from proxy.store import Store
 DIVIDER_TEXT = {"auto": "Earlier messages were summarized to free up context",
                 "manual": "Context summarized on request"}
 _CACHE_LIMIT = 10_000
+_SPILL_ID = re.compile(r"[0-9a-f]{16,64}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,10 @@ class Usage:
     estimate: int
 
 
+_TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
+           "summary_prompt_tokens", "summary_cached_tokens")
+
+
 class Records:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -70,6 +76,8 @@ class Records:
         self._usage: OrderedDict[str, Usage | None] = OrderedDict()
         self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._known: OrderedDict[str, None] = OrderedDict()
+        # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
+        self._pending: dict[tuple[str, str, str], list[int]] = {}
 
     @staticmethod
     def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
@@ -164,9 +172,15 @@ class Records:
             self._remember(self._spilled, (conversation, s.id), None)
 
     def spill(self, conversation: str, spill_id: str) -> dict[str, Any] | None:
+        """A retained spill of the conversation by its id, or by the first 16 or more hex
+        digits of it as a placeholder shows them."""
+        if not _SPILL_ID.fullmatch(spill_id):
+            return None
+        # Ids are lowercase hex: every id starting with the prefix sorts in [prefix, prefix~).
         row = self.store.reader.execute(
-            "SELECT * FROM spills WHERE conversation = ? AND id = ? AND expires_at > ?",
-            [conversation, spill_id, time.time()]).fetchone()
+            "SELECT * FROM spills WHERE conversation = ? AND id >= ? AND id < ? "
+            "AND expires_at > ? ORDER BY id LIMIT 1",
+            [conversation, spill_id, spill_id + "~", time.time()]).fetchone()
         if row is None:
             return None
         return {"id": row["id"], "object": "conversation.spill", "tool_name": row["tool_name"],
@@ -207,3 +221,56 @@ class Records:
                     "WHERE id = ?", [prompt_tokens, estimate, conversation])
 
         await self.store.write(write)
+
+    # --- what the upstream reported (prompt cache accounting) ---------------------------------
+
+    def add_upstream_usage(self, org: str, conversation: str, model: str, prompt_tokens: int,
+                           cached_tokens: int, *, summary: bool = False) -> None:
+        """Count one upstream call of the conversation; written by ``flush_usage`` (in batches,
+        so a busy conversation does not cost a disk write per turn)."""
+        row = self._pending.setdefault((org, conversation, model), [0] * len(_TOTALS))
+        at = 3 if summary else 0
+        row[at] += 1
+        row[at + 1] += prompt_tokens
+        row[at + 2] += cached_tokens
+
+    async def flush_usage(self) -> None:
+        """Write the usage counted since the last flush, in one transaction."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        now = time.time()
+        assignments = ", ".join(f"{c} = {c} + excluded.{c}" for c in _TOTALS)
+
+        def write() -> None:
+            with self.store.db.conn:
+                for (org, conversation, model), deltas in pending.items():
+                    self._touch(org, conversation)
+                    self.store.db.execute(
+                        f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
+                        f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "
+                        f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
+                        "updated_at = excluded.updated_at",
+                        [conversation, model, *deltas, now])
+
+        try:
+            await self.store.write(write)
+        except BaseException:
+            for key, deltas in pending.items():  # keep them for the next flush
+                row = self._pending.setdefault(key, [0] * len(_TOTALS))
+                for i, d in enumerate(deltas):
+                    row[i] += d
+            raise
+
+    def usage_totals(self, conversation: str) -> dict[str, dict[str, int]]:
+        """Model -> the conversation's totals (written and pending)."""
+        rows = self.store.reader.execute(
+            f"SELECT model, {', '.join(_TOTALS)} FROM usage_totals WHERE conversation = ?",
+            [conversation]).fetchall()
+        out = {r[0]: dict(zip(_TOTALS, r[1:], strict=True)) for r in rows}
+        for (_, conv, model), deltas in self._pending.items():
+            if conv == conversation:
+                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0))
+                for name, d in zip(_TOTALS, deltas, strict=True):
+                    row[name] += d
+        return out

@@ -18,6 +18,8 @@ class ContextReport:
     ``tokens_before``/``tokens_after`` are corrected by the conversation's usage ratio;
     ``estimate_after`` is the uncorrected estimate of what is sent (what the next usage
     correction compares the upstream's count with). ``window`` is the compaction window.
+    ``prefix_kept``: tokens at the start of what is sent that the conversation's previous
+    request sent the same (what a provider's prompt cache can serve).
     """
 
     conversation_id: str
@@ -28,6 +30,7 @@ class ContextReport:
     window: int
     masked: int
     outcome: Outcome
+    prefix_kept: int = 0
     divider: CompactionRecord | None = None
     retried: str | None = None
 
@@ -37,7 +40,8 @@ class ContextReport:
              "X-Context-Tokens-After": str(self.tokens_after),
              "X-Context-Window": str(self.window),
              "X-Context-Masked": str(self.masked),
-             "X-Context-Compaction": self.outcome}
+             "X-Context-Compaction": self.outcome,
+             "X-Context-Prefix-Kept": str(self.prefix_kept)}
         if self.divider is not None:
             h["X-Context-Divider-Id"] = self.divider.id
         if self.retried:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from proxy.auth import Principal
 from proxy.context.compaction import Compacted, compact
@@ -23,16 +24,17 @@ from proxy.context.offload import offload_for
 from proxy.context.records import CompactionRecord, Records
 from proxy.context.report import ContextReport, Outcome
 from proxy.context.stages.messages import prefix_hash
-from proxy.context.stages.plan import Plan, plan
+from proxy.context.stages.plan import Plan, kept_tokens, plan
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.summary import SummaryFailed
-from proxy.context.summarizer import Summarizer, make_summarizer
+from proxy.context.summarizer import Summarizer, upstream_summarizer
 from proxy.context.tokens import TokenCounter
 from proxy.context.usage import UsageCorrection
 from proxy.context.window import WindowResolver
 from proxy.errors import bad_request
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
+from proxy.upstream.client import Upstream
 
 log = logging.getLogger("context_proxy.context")
 
@@ -43,11 +45,11 @@ SummarizerFactory = Callable[[Principal, str, float], Summarizer]
 """(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
 
 
-def litellm_summarizers(upstream_url: str) -> SummarizerFactory:
-    """Summary calls through litellm against ``upstream_url``, with the caller's upstream key."""
+def upstream_summarizers(upstream: Upstream) -> SummarizerFactory:
+    """Summary calls to the upstream through the shared session, with the caller's key."""
     def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        return make_summarizer(upstream_url, principal.upstream_key, model, principal.org,
-                               timeout_s)
+        return upstream_summarizer(upstream, principal.upstream_key, model, principal.org,
+                                   timeout_s)
 
     return make
 
@@ -137,15 +139,29 @@ class ContextService:
         return await self.manage(job.forced(window), retried="context_length_exceeded")
 
     def _report(self, job: Job, p: Plan, outcome: Outcome, retried: str | None, *,
-                compacted: Compacted | None = None,
-                divider: CompactionRecord | None = None) -> ContextReport:
+                compacted: Compacted | None = None, divider: CompactionRecord | None = None,
+                before: Plan | None = None) -> ContextReport:
+        """The report of what is sent for ``p``; ``before``: the plan the conversation's
+        previous request followed, when this one sends a list rewritten since (a summary)."""
         messages = compacted.messages if compacted is not None else \
             (p.mask.messages if p.changed else None)
         estimate = compacted.tokens_after if compacted is not None else p.tokens_after_mask
+        kept = p.kept
+        if before is not None:
+            kept = self._kept_since(job, before, messages or p.mask.messages)
         return ContextReport(job.conversation_id, messages, round(p.tokens_before * job.ratio),
                              round(estimate * job.ratio), estimate,
-                             job.scope.compaction_window, len(p.mask.masked), outcome,
+                             job.scope.compaction_window, len(p.mask.masked), outcome, kept,
                              divider, retried)
+
+    def _kept_since(self, job: Job, before: Plan, sent: list[dict[str, Any]]) -> int:
+        """Tokens at the start of ``sent`` that ``before``'s previous request sent the same:
+        the leading messages a summary left untouched (the same objects as before)."""
+        old = before.mask.messages
+        n = 0
+        while n < min(before.previous, len(sent)) and sent[n] is old[n]:
+            n += 1
+        return kept_tokens(job.scope, before.mask.message_tokens, n) if before.previous else 0
 
     async def _compact(self, job: Job, p: Plan, retried: str | None) -> ContextReport:
         phash = await job.bulk(prefix_hash, job.request.messages, p.covered)
@@ -155,7 +171,7 @@ class ContextService:
             if record is None:
                 return self._report(job, p, "failed", retried)
             shared = await job.offload(self._plan, job, record, False)
-            return self._report(job, shared, "reused", retried)
+            return self._report(job, shared, "reused", retried, before=p)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()
         self._inflight[flight] = future
@@ -190,6 +206,9 @@ class ContextService:
         if not done.gain:
             return self._report(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
+        for answer in done.answers:
+            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
+                                 summary=True)
         self.metrics.summary_tokens.inc(summary_tokens)
         record = await self.records.add_compaction(
             job.principal.org, job.key, kind=job.kind, prefix_hash=phash,
@@ -198,7 +217,9 @@ class ContextService:
             tokens_before=p.tokens_before, tokens_after=done.tokens_after, status=done.status)
         self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
-        return self._report(job, p, outcome, retried, compacted=done, divider=record), record
+        self.metrics.prefix_rewrites.labels("compact").inc()
+        return self._report(job, p, outcome, retried, compacted=done, divider=record,
+                            before=p), record
 
     def _summarizer(self, job: Job, model: str) -> Summarizer:
         return self.summarizers(job.principal, model, job.policy.compaction.summary_timeout_s)
@@ -212,11 +233,24 @@ class ContextService:
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
         if report.outcome != "none":
             m.compactions.labels(report.outcome).inc()
+        if p.rewrote:
+            m.prefix_rewrites.labels("mask").inc()
 
     # --- after the answer -----------------------------------------------------------------------
 
-    async def record_usage(self, job: Job, report: ContextReport, prompt_tokens: int) -> None:
-        """Correct later estimates of this conversation with the upstream's own count."""
+    async def record_usage(self, job: Job, report: ContextReport, prompt_tokens: int,
+                           cached_tokens: int = 0) -> None:
+        """What the upstream reported for the request: its count corrects later estimates of
+        the conversation; the cached part is counted per conversation and model."""
+        if prompt_tokens <= 0:
+            return
+        self._upstream_usage(job, job.request.model, prompt_tokens, cached_tokens)
         await self.usage.record(job.principal.org, job.key, prompt_tokens,
                                 report.estimate_after)
+
+    def _upstream_usage(self, job: Job, model: str, prompt_tokens: int, cached_tokens: int,
+                        summary: bool = False) -> None:
+        self.metrics.upstream_usage(model, prompt_tokens, cached_tokens)
+        self.records.add_upstream_usage(job.principal.org, job.key, model, prompt_tokens,
+                                        cached_tokens, summary=summary)
 

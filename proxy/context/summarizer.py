@@ -1,16 +1,18 @@
-"""The summary calls: one litellm call per prompt against the same upstream, and the rounds that
-summarize a long covered range in pieces and merge them.
+"""The summary calls: each one a chat completion against the same upstream, through the shared
+session, and the rounds that summarize a long covered range in pieces and merge them.
 
-litellm is imported lazily (``proxy.upstream.lazy``) and always with the local model cost map,
-so nothing but the configured upstream is ever contacted. The prompts themselves are built by
-the pure ``proxy.context.stages.summary``.
+The calls go through ``proxy.upstream.completion`` rather than a client library, so a summary
+request that rides the prompt cache sends the conversation's messages exactly as they were sent
+(a library may rewrite them, for example drop a null ``content``, and break the shared prefix).
+The prompts themselves are built by the pure ``proxy.context.stages.summary``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from proxy.context.offload import Offload
 from proxy.context.stages.summary import (
@@ -21,60 +23,89 @@ from proxy.context.stages.summary import (
     summary_prompts,
 )
 from proxy.context.tokens import TokenCounter
-from proxy.upstream import lazy
+from proxy.errors import ApiError
+from proxy.upstream.client import Upstream
+from proxy.upstream.completion import CompletionFailed, complete
 
-Summarizer = Callable[[Prompt, int], Awaitable[str]]
-"""``async (prompt messages, max_tokens) -> summary text``; raises on any failure."""
+
+@dataclass(frozen=True)
+class Answer:
+    """A summary call's text and what the upstream reported for its prompt."""
+
+    text: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Summarizer(Protocol):
+    """Makes one summary call: the prompt messages, the answer's ``max_tokens`` and, for a call
+    that rides the conversation's cached prefix, its ``tools`` (then it must answer in text,
+    ``tool_choice: "none"``). Raises on any failure; returns the text or an ``Answer``."""
+
+    def __call__(self, messages: Prompt, max_tokens: int,
+                 tools: Sequence[Any] | None = None) -> Awaitable[str | Answer]: ...
+
 
 CONCURRENCY = 4  # partial summaries requested at once
 
 
-def make_summarizer(base_url: str, api_key: str | None, model: str, org: str,
-                    timeout_s: float) -> Summarizer:
-    """A ``Summarizer`` calling ``model`` at ``base_url`` (OpenAI-compatible) through litellm.
+def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str, org: str,
+                        timeout_s: float) -> Summarizer:
+    """A ``Summarizer`` calling ``model`` at the upstream with the caller's key. An error, a
+    timeout, a tool call or an empty answer raises ``SummaryFailed``; an error text is never
+    returned as a summary."""
 
-    No ``tools`` are sent and plain text is asked for, so the answer cannot be a tool call. An
-    error, a timeout or an empty answer raises; an error text is never returned as a summary.
-    """
-
-    async def summarize(messages: Prompt, max_tokens: int) -> str:
-        litellm = lazy.litellm()  # blocking once per process, on the loop's thread
+    async def summarize(messages: Prompt, max_tokens: int,
+                        tools: Sequence[Any] | None = None) -> Answer:
+        payload: dict[str, Any] = {"model": model, "messages": messages,
+                                   "max_tokens": max_tokens, "temperature": 0, "user": org}
+        if tools:
+            payload |= {"tools": list(tools), "tool_choice": "none"}
         try:
             async with asyncio.timeout(timeout_s):
-                resp = await litellm.acompletion(
-                    model=f"openai/{model}", api_base=base_url, api_key=api_key or "none",
-                    messages=messages, max_tokens=max_tokens, temperature=0,
-                    timeout=timeout_s, num_retries=0, max_retries=0, user=org,
-                    extra_headers={"X-Context-Proxy-Org": org})
+                answer = await complete(upstream, api_key, payload,
+                                        {"X-Context-Proxy-Org": org})
         except TimeoutError:
             raise SummaryFailed(f"summary call timed out after {timeout_s:g} s") from None
-        except Exception as e:  # litellm maps upstream errors to its own exception types
-            raise SummaryFailed(f"summary call failed: {type(e).__name__}") from None
-        choice = resp.choices[0] if resp.choices else None
-        text = getattr(getattr(choice, "message", None), "content", None)
-        if not isinstance(text, str) or not text.strip():
-            raise SummaryFailed("summary call returned no text")
-        if getattr(choice, "finish_reason", None) == "tool_calls":
+        except (CompletionFailed, ApiError) as e:
+            raise SummaryFailed(f"summary call failed: {e}") from None
+        if answer.finish_reason == "tool_calls":
             raise SummaryFailed("summary call answered with a tool call")
-        return text
+        if not answer.content or not answer.content.strip():
+            raise SummaryFailed("summary call returned no text")
+        return Answer(answer.content, answer.prompt_tokens, answer.cached_tokens)
 
     return summarize
 
 
-async def _call(summarize: Summarizer, prompt: Prompt, budget: Budget) -> str:
-    text = (await summarize(prompt, budget.max_tokens) or "").strip()
+async def call(summarize: Summarizer, prompt: Prompt, max_tokens: int, counter: TokenCounter,
+               model: str, tools: Sequence[Any] | None = None) -> Answer:
+    """One summary call, its text checked and cut to ``max_tokens`` (a summarizer that ignores
+    ``max_tokens`` must not overflow the merge step or the rewritten list)."""
+    got = await (summarize(prompt, max_tokens, tools) if tools else
+                 summarize(prompt, max_tokens))
+    answer = got if isinstance(got, Answer) else Answer(got or "")
+    text = answer.text.strip()
     if not text:
         raise SummaryFailed("the summarizer returned an empty summary")
-    # A summarizer that ignores max_tokens must not overflow the merge step.
-    return budget.counter.truncate_text(text, budget.model, budget.max_tokens)
+    return Answer(counter.truncate_text(text, model, max_tokens), answer.prompt_tokens,
+                  answer.cached_tokens)
 
 
-async def _gather(summarize: Summarizer, prompts: list[Prompt], budget: Budget) -> list[str]:
+async def _call(summarize: Summarizer, prompt: Prompt, budget: Budget,
+                answers: list[Answer]) -> str:
+    answer = await call(summarize, prompt, budget.max_tokens, budget.counter, budget.model)
+    answers.append(answer)
+    return answer.text
+
+
+async def _gather(summarize: Summarizer, prompts: list[Prompt], budget: Budget,
+                  answers: list[Answer]) -> list[str]:
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(prompt: Prompt) -> str:
         async with gate:
-            return await _call(summarize, prompt, budget)
+            return await _call(summarize, prompt, budget, answers)
 
     tasks = [asyncio.ensure_future(one(p)) for p in prompts]
     try:
@@ -94,8 +125,9 @@ async def summarize_messages(
     max_tokens: int,
     summary_window: int,
     offload: Offload,
-) -> tuple[str, int]:
-    """Summarize ``messages`` (original text) within ``summary_window``; (summary, calls made).
+) -> tuple[str, list[Answer]]:
+    """Summarize ``messages`` (original text) within ``summary_window``: the summary and every
+    call's answer (pieces, then merges).
 
     ``model`` is the summary model, whose tokenizer counts the prompts; ``offload`` runs the
     prompt building where the service decided. Raises ``SummaryFailed`` on an empty answer or
@@ -103,12 +135,11 @@ async def summarize_messages(
     """
     budget, prompts = await offload(summary_prompts, messages, counter, model, max_tokens,
                                     summary_window)
-    calls = len(prompts)
-    partials = await _gather(summarize, prompts, budget)
+    answers: list[Answer] = []
+    partials = await _gather(summarize, prompts, budget, answers)
     while len(partials) > 1:
         merges = merge_prompts(budget, partials)
         if len(merges) >= len(partials):  # cannot happen with the budget's 3x rule; never loop
             raise SummaryFailed("partial summaries do not fit the summary window to merge")
-        calls += len(merges)
-        partials = await _gather(summarize, merges, budget)
-    return partials[0], calls
+        partials = await _gather(summarize, merges, budget, answers)
+    return partials[0], answers

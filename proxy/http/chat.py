@@ -19,7 +19,13 @@ from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.client import current_key, request_headers, response_headers
 from proxy.upstream.relay import is_event_stream, relay_stream, relay_whole
-from proxy.upstream.usage import UsageScanner, is_overflow, prompt_tokens_of, stated_window
+from proxy.upstream.usage import (
+    UsageScanner,
+    cached_tokens_of,
+    is_overflow,
+    prompt_tokens_of,
+    stated_window,
+)
 
 PATH = "/chat/completions"
 
@@ -74,12 +80,12 @@ async def _relay_answer(request: web.Request, state: ProxyState, job: Job,
         usage = UsageScanner()
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
                                  on_chunk=usage.feed)
-        if usage.prompt_tokens:
-            await state.context.record_usage(job, report, usage.prompt_tokens)
+        await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
         return out
     out = await relay_whole(state.upstream, resp, extra)
     if resp.status == 200 and isinstance(out.body, bytes):
-        await state.context.record_usage(job, report, prompt_tokens_of(out.body))
+        await state.context.record_usage(job, report, prompt_tokens_of(out.body),
+                                         cached_tokens_of(out.body))
     return out
 
 

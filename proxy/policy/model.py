@@ -37,6 +37,8 @@ class MaskingPolicy:
     trigger_ratio: float = 0.55
     keep_recent: int = 5
     exclude_tools: tuple[str, ...] = ()
+    in_steps: bool = True
+    min_free_ratio: float = 0.05
     spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
 
 
@@ -90,6 +92,12 @@ def _ratio(key: str, v: Any) -> float:
         raise PolicyError(key, f"expected a number between 0 and 1, got {v!r}")
     if not 0 < float(v) <= 1:
         raise PolicyError(key, f"expected a number in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _share(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= float(v) <= 1:
+        raise PolicyError(key, f"expected a number in [0, 1], got {v!r}")
     return float(v)
 
 
@@ -188,6 +196,8 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.trigger_ratio", _D.masking.trigger_ratio, _ratio, True),
         FieldSpec("masking.keep_recent", _D.masking.keep_recent, _int_min(0), True),
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
+        FieldSpec("masking.in_steps", _D.masking.in_steps, _bool),
+        FieldSpec("masking.min_free_ratio", _D.masking.min_free_ratio, _share, True),
         FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),
         FieldSpec("compaction.enabled", _D.compaction.enabled, _bool),
         FieldSpec("compaction.trigger_ratio", _D.compaction.trigger_ratio, _ratio, True),

@@ -122,10 +122,14 @@ FACT = re.compile(r"\b[A-Z][A-Z0-9_]*-[A-Z0-9_-]*[0-9]+\b")
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:
-    """Whether a chat request is the proxy's own summary call."""
-    first = (body.get("messages") or [{}])[0]
-    content = first.get("content") if isinstance(first, dict) else None
-    return isinstance(content, str) and content.startswith(SUMMARY_PROMPT_START)
+    """Whether a chat request is the proxy's own summary call: its instructions open the
+    prompt (a transcript summary) or close it (a summary riding the cached prefix)."""
+    messages = body.get("messages") or [{}]
+    for m in (messages[0], messages[-1]):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str) and content.startswith(SUMMARY_PROMPT_START):
+            return True
+    return False
 
 
 def default_summarizer(body: dict[str, Any]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
+# OpenAI's usage.prompt_tokens_details.cached_tokens, or Anthropic-style cache reads.
+_CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_read_input_tokens)"\s*:\s*([0-9]+)')
 _STATED_LIMIT = re.compile(r"maximum context length is ([0-9][0-9,]*) tokens", re.IGNORECASE)
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context length",
                      "too many tokens", "prompt is too long", "input is too long")
@@ -20,13 +22,21 @@ def prompt_tokens_of(body: bytes) -> int:
     return int(found.group(1)) if found else 0
 
 
+def cached_tokens_of(body: bytes) -> int:
+    """The prompt tokens an answer says were served from the provider's cache (0: none)."""
+    found = _CACHED_TOKENS.search(body)
+    return int(found.group(1)) if found else 0
+
+
 class UsageScanner:
-    """Finds ``usage.prompt_tokens`` in an SSE stream fed chunk by chunk."""
+    """Finds ``usage.prompt_tokens`` and the cached tokens in an SSE stream fed chunk by
+    chunk."""
 
     MAX_LINE = 1 << 20
 
     def __init__(self) -> None:
         self.prompt_tokens = 0
+        self.cached_tokens = 0
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -36,7 +46,9 @@ class UsageScanner:
             self._partial = b""
         for line in lines:
             if line.startswith(b"data:") and b'"prompt_tokens"' in line:
-                self.prompt_tokens = prompt_tokens_of(line[5:].strip()) or self.prompt_tokens
+                data = line[5:].strip()
+                self.prompt_tokens = prompt_tokens_of(data) or self.prompt_tokens
+                self.cached_tokens = cached_tokens_of(data) or self.cached_tokens
 
 
 def is_overflow(status: int, body: bytes) -> bool:

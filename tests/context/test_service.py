@@ -4,6 +4,7 @@ and where blocking work runs. The summarizer is injected; the store is a real SQ
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import orjson
 import pytest
 from factories import assistant, system, tool_turn, user, words
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.auth import Principal
 from proxy.context.job import ChatRequest
@@ -27,6 +30,7 @@ from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.policy.service import PolicyService
 from proxy.store import Store
+from proxy.testing import agent
 
 MODEL = "svc-model"
 WINDOW = 8_000
@@ -198,3 +202,34 @@ async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
     assert grown.offload is run_inline and grown.bulk is run_off_loop
     await svc.manage(grown)
     assert set(threads) == {threading.get_ident()}
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n=st.integers(8, 40), keep=st.integers(1, 6))
+def test_a_fresh_replica_masks_what_a_warm_one_does(tmp_path: Path, seed: int, n: int,
+                                                    keep: int) -> None:
+    """Below the compaction trigger, what a request sends does not depend on whether this
+    proxy saw the conversation's earlier turns: a restarted proxy or another replica sends
+    the same bytes."""
+    spec = agent.AgentSpec(seed=seed, output_tokens=(200, 900), thought_words=(5, 15))
+    fields = {"masking.enabled": True, "masking.keep_recent": keep,
+              "compaction.enabled": False}
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        with tempfile.TemporaryDirectory() as warm_dir, \
+                tempfile.TemporaryDirectory() as fresh_dir:
+            warm = service(Path(warm_dir), Summaries(), **fields)
+            msgs = agent.opening_messages(spec)
+            warm_sent: list[Any] = []
+            for assistant, results in agent.turns(spec, n):
+                report = await warm.manage(await warm.prepare(ALICE, chat(msgs), "c"))
+                warm_sent = report.messages if report.messages is not None else msgs
+                msgs = [*msgs, assistant, *results]
+            fresh = service(Path(fresh_dir), Summaries(), **fields)
+            last = msgs[:len(msgs) - 1 - len(results)]  # the last request the warm one saw
+            report = await fresh.manage(await fresh.prepare(ALICE, chat(last), "c"))
+            return warm_sent, report.messages if report.messages is not None else last
+
+    warm_sent, fresh_sent = asyncio.run(run())
+    assert orjson.dumps(warm_sent) == orjson.dumps(fresh_sent)

@@ -92,7 +92,7 @@ def test_long_agent_session_stays_inside_the_window(make_harness, sdk) -> None:
     outcomes: list[str] = []
     sent = received = 0
     trigger = 0.80 * WINDOW
-    for turn, (assistant, results) in enumerate(agent.turns(spec, 120), start=1):
+    for turn, (assistant, results) in enumerate(agent.turns(spec, 150), start=1):
         script.next = assistant
         summaries_before = len(h.fake.summary_requests())
         raw = client.chat.completions.with_raw_response.create(
@@ -123,7 +123,7 @@ def test_long_agent_session_stays_inside_the_window(make_harness, sdk) -> None:
     assert outcomes[outcomes.index("auto") + 1:].count("none") == 0  # reuse from then on
     dividers = client.get("/conversations/long-session/dividers", cast_to=object)
     assert len(dividers["data"]) == autos  # type: ignore[index]
-    print(f"\n120 turns: client sent {sent:,} tokens, upstream received {received:,} "
+    print(f"\n150 turns: client sent {sent:,} tokens, upstream received {received:,} "
           f"({1 - received / sent:.0%} less); {autos} compactions, "
           f"{len(h.fake.summary_requests())} summary calls")
 

@@ -1,9 +1,19 @@
 """Stage 1, tool-output masking (SPEC section 4), as a pure function.
 
-When masking is enabled, the window is known and the transcript exceeds
-``masking.trigger_ratio`` × window, every tool result older than the ``masking.keep_recent``
-newest ones has its content replaced by a placeholder naming the tool, the tokens removed and the
-spill id, e.g. ``[tool output cleared: 12,431 tokens from read_file; spill 3f9a…]``.
+When masking is enabled and the window is known, tool results older than the
+``masking.keep_recent`` newest ones have their content replaced by a placeholder naming the tool,
+the tokens removed and the spill id, e.g. ``[tool output cleared: 12,431 tokens from read_file;
+spill 3f9a…]``.
+
+In steps (``masking.in_steps``, the default): the masked set only grows, and only when the
+transcript *as it would be sent* (with the masking so far) crosses ``trigger_ratio`` × window;
+a step then clears every maskable result older than the newest ``keep_recent`` at once, unless
+it would free less than ``min_free_ratio`` × window (then it waits). Between two steps every
+earlier message is sent byte-identical, so a provider's prompt cache keeps serving the prefix.
+The state is never stored: it is replayed from the message list itself, at each earlier request
+point (the list before each assistant message is what the client sent for that answer), so
+every replica and a restarted proxy mask the same set. With ``in_steps`` false the boundary moves
+every turn once the client's transcript is over the trigger (fewest tokens, no cache).
 
 Never masked: results of ``masking.exclude_tools`` and of the pinned tools
 (``compaction.pinned_tools``), protected messages (``compaction.protected``), results that are
@@ -12,7 +22,7 @@ result messages changes: roles, ``tool_call_id`` and every other message stay as
 output aligns index by index with the input and every call keeps its result.
 
 The output depends only on the messages, the policy, the window and the model's encoding, so the
-same input gives the same bytes and upstream prompt caches keep hitting.
+same input gives the same bytes.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from proxy.context.stages.messages import (
@@ -34,6 +45,10 @@ from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "
+SHORT_ID = 16  # hex digits of the spill id a placeholder shows: 64 bits, unique in a conversation
+_ESTIMATE_ID = "0" * 64  # stands for a spill id when only the placeholder's length matters
+_ESTIMATES: dict[tuple[str, str, int], int] = {}
+_ESTIMATES_LIMIT = 50_000
 
 
 @dataclass(frozen=True)
@@ -59,7 +74,9 @@ class MaskResult:
 
     ``message_tokens`` aligns with ``messages`` (overhead included); ``tokens_before`` and
     ``tokens_after`` are whole-request counts (reply priming and tools schemas included).
-    ``triggered`` says whether the stage ran (enabled, window known, over the trigger).
+    ``triggered``: masking is in force for this request. ``first_change``: the index of the first
+    message masked now that was sent verbatim at the previous request point (``None``: this
+    request masks nothing new, so what it shares with the previous one is unchanged).
     """
 
     messages: list[dict[str, Any]]
@@ -69,6 +86,7 @@ class MaskResult:
     tokens_after: int
     message_tokens: list[int]
     triggered: bool
+    first_change: int | None = None
 
 
 def spill_id(content: Any) -> str:
@@ -80,8 +98,10 @@ def spill_id(content: Any) -> str:
 
 
 def placeholder(tool_name: str, tokens: int, sid: str) -> str:
-    """The text that replaces a masked tool output."""
-    return f"{PLACEHOLDER_PREFIX}{tokens:,} tokens from {tool_name}; spill {sid}]"
+    """The text that replaces a masked tool output. It shows the spill id's first ``SHORT_ID``
+    digits (the spills endpoint takes them): a placeholder is resent every turn, and the whole
+    id would cost it twice the tokens."""
+    return f"{PLACEHOLDER_PREFIX}{tokens:,} tokens from {tool_name}; spill {sid[:SHORT_ID]}]"
 
 
 def is_placeholder(content: Any) -> bool:
@@ -89,8 +109,72 @@ def is_placeholder(content: Any) -> bool:
 
 
 def trigger_tokens(policy: Policy, window: int) -> float:
-    """Masking runs when the transcript has more tokens than this."""
+    """Masking runs when the transcript as sent has more tokens than this."""
     return policy.masking.trigger_ratio * window
+
+
+def _placeholder_tokens(scope: Scope, name: str, tokens: int) -> int:
+    """Tokens of a placeholder for a ``tokens``-token output of ``name`` (the spill id's own
+    tokens vary by a few; decisions use this deterministic figure)."""
+    key = (scope.counter.encoding_name(scope.model), name, tokens)
+    found = _ESTIMATES.get(key)
+    if found is None:
+        if len(_ESTIMATES) >= _ESTIMATES_LIMIT:
+            _ESTIMATES.clear()
+        found = _ESTIMATES[key] = scope.counter.text_tokens(
+            placeholder(name, tokens, _ESTIMATE_ID), scope.model)
+    return found
+
+
+@dataclass(frozen=True)
+class _Result:
+    index: int
+    name: str
+    saving: int  # tokens masking it frees (0: never masked)
+
+
+def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
+             pairs: Sequence[tuple[int, int]]) -> list[_Result]:
+    """Every tool result in order, with what masking it would free."""
+    policy = scope.policy
+    names = tool_names_by_call_id(messages)
+    never = set(policy.masking.exclude_tools) | set(policy.compaction.pinned_tools)
+    out: list[_Result] = []
+    for i, msg in enumerate(messages):
+        if not is_result(msg):
+            continue
+        content = msg.get("content")
+        name = result_tool_name(msg, names)
+        saving = 0
+        if content and not is_placeholder(content) and name not in never and \
+                not is_protected(msg, policy.compaction.protected, name):
+            saving = max(0, pairs[i][1] - _placeholder_tokens(scope, name, pairs[i][1]))
+        out.append(_Result(i, name, saving))
+    return out
+
+
+def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Sequence[int],
+                results: Sequence[_Result], overhead: int) -> tuple[int, int]:
+    """(results masked at the previous request point, results masked now): the masked set is
+    the maskable ones among the first that many results."""
+    mp, window = scope.policy.masking, scope.window or 0
+    trigger = trigger_tokens(scope.policy, window)
+    prefix = [0, *accumulate(tokens)]
+    saved = [0, *accumulate(r.saving for r in results)]
+    points = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    points.append(len(messages))
+    boundary, previous, seen = 0, 0, 0
+    for p in points:
+        while seen < len(results) and results[seen].index < p:
+            seen += 1
+        previous = boundary
+        target = max(0, seen - mp.keep_recent)
+        if not mp.in_steps:  # the boundary moves with every request over the trigger
+            boundary = target if prefix[p] + overhead > trigger else 0
+        elif prefix[p] - saved[boundary] + overhead > trigger and target > boundary and \
+                saved[target] - saved[boundary] >= mp.min_free_ratio * window:
+            boundary = target
+    return previous, boundary
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
@@ -105,39 +189,30 @@ def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
     overhead = scope.overhead()
     before = sum(tokens) + overhead
     out = as_dicts(messages)
-    mp = policy.masking
-    if not mp.enabled or not window or before <= trigger_tokens(policy, window):
+    if not policy.masking.enabled or not window or before <= trigger_tokens(policy, window):
+        # No request point was over the trigger either: the sent prefix only grows.
         return MaskResult(out, [], 0, before, before, tokens, triggered=False)
-
-    results = [i for i, m in enumerate(messages) if is_result(m)]
-    candidates = results[: max(0, len(results) - mp.keep_recent)]
-    names = tool_names_by_call_id(messages)
-    never = set(mp.exclude_tools) | set(policy.compaction.pinned_tools)
-    chosen: list[tuple[int, dict[str, Any], Spill]] = []
-    for i in candidates:
-        msg = messages[i]
-        content = msg.get("content")
-        name = result_tool_name(msg, names)
-        if (
-            not content
-            or is_placeholder(content)
-            or name in never
-            or is_protected(msg, policy.compaction.protected, name)
-        ):
-            continue
-        sid = spill_id(content)
-        cid = msg.get("tool_call_id")
-        spill = Spill(sid, name, cid if isinstance(cid, str) else None, content, pairs[i][1], i)
-        chosen.append((i, {**msg, "content": placeholder(name, pairs[i][1], sid)}, spill))
+    results = _results(messages, scope, pairs)
+    previous, boundary = _boundaries(messages, scope, tokens, results, overhead)
     new_tokens = list(tokens)
     spills: list[Spill] = []
-    for i, masked, spill in chosen:
+    first_change: int | None = None
+    for k, r in enumerate(results[:boundary]):
+        if not r.saving:
+            continue
+        msg = messages[r.index]
+        content, ct = msg.get("content"), pairs[r.index][1]
+        sid = spill_id(content)
+        text = placeholder(r.name, ct, sid)
+        cid = msg.get("tool_call_id")
+        spills.append(Spill(sid, r.name, cid if isinstance(cid, str) else None, content, ct,
+                            r.index))
+        out[r.index] = {**msg, "content": text}
         # Only the content changes, so the message's other tokens carry over unchanged.
-        masked_tokens = tokens[i] - pairs[i][1] + counter.text_tokens(masked["content"], model)
-        if masked_tokens >= tokens[i]:
-            continue  # the placeholder would not be shorter
-        out[i] = masked
-        new_tokens[i] = masked_tokens
-        spills.append(spill)
+        new_tokens[r.index] = tokens[r.index] - ct + counter.text_tokens(text, model)
+        if k >= previous and first_change is None:
+            first_change = r.index
     after = sum(new_tokens) + overhead
-    return MaskResult(out, spills, before - after, before, after, new_tokens, triggered=True)
+    return MaskResult(out, spills, before - after, before, after, new_tokens,
+                      triggered=boundary > 0 or after > trigger_tokens(policy, window),
+                      first_change=first_change)

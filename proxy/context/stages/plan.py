@@ -67,10 +67,19 @@ class Plan:
     action: Action
     covered: int = 0
     preserved: tuple[int, ...] = ()
+    previous: int = 0  # messages the previous request point sent (the list before the last
+    # assistant message): what a provider's prompt cache may still hold
+    kept: int = 0  # tokens at the start (tools, then messages) that request sent the same
 
     @property
     def tokens_after_mask(self) -> int:
         return self.mask.tokens_after
+
+    @property
+    def rewrote(self) -> bool:
+        """Whether masking changed a message the previous request point sent (a step)."""
+        first = self.mask.first_change
+        return first is not None and first < self.previous
 
     @property
     def changed(self) -> bool:
@@ -112,13 +121,30 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
     action = _decide(view, mask, cplan, force)
+    previous = previous_point(view.messages)
+    end = previous if mask.first_change is None else min(previous, mask.first_change)
+    kept = kept_tokens(scope, mask.message_tokens, end) if previous else 0
     if action != "summarize":
-        return Plan(view, mask, cplan, before, action)
+        return Plan(view, mask, cplan, before, action, previous=previous, kept=kept)
     assert cplan is not None
     origin = view.origin
     covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
     preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
-    return Plan(view, mask, cplan, before, action, covered, preserved)
+    return Plan(view, mask, cplan, before, action, covered, preserved, previous, kept)
+
+
+def previous_point(messages: Sequence[Mapping[str, Any]]) -> int:
+    """How many messages the previous request sent: those before the last assistant message
+    (its answer); 0 when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+    return 0
+
+
+def kept_tokens(scope: Scope, message_tokens: Sequence[int], n: int) -> int:
+    """Tokens of a prompt's start: the tools schemas (rendered first), then ``n`` messages."""
+    return scope.counter.tools_tokens(scope.tools, scope.model) + sum(message_tokens[:n])
 
 
 def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: bool) -> Action:

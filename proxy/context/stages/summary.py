@@ -46,6 +46,12 @@ SUMMARY_SYSTEM_PROMPT = (
     "records unless later messages superseded it. Be concise, but never drop a fact the "
     "assistant would need. Answer in plain text with the summary only; do not call tools."
 )
+PREFIX_INSTRUCTION = (
+    SUMMARY_SYSTEM_PROMPT + "\n\nThe conversation above is being compacted. Write that handoff "
+    "now, covering everything before its last {keep} message(s), which stay verbatim after your "
+    "summary.")
+RESTORED_INTRO = ("For your summary only: the original text of tool outputs that were cleared "
+                  "above.")
 MERGE_INSTRUCTION = (
     "These are summaries of consecutive parts of one conversation, oldest first. Merge them into "
     "one handoff with the sections above; later parts supersede earlier ones where they differ."
@@ -194,3 +200,40 @@ def summary_prompts(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
     within ``summary_window``; raises ``SummaryFailed`` when no summary can fit."""
     budget = Budget(counter, model, max_tokens, summary_window)
     return budget, transcript_prompts(budget, render_transcript(messages))
+
+
+def masked_originals(masked: Sequence[Mapping[str, Any]],
+                     originals: Sequence[Mapping[str, Any]],
+                     summarize: Sequence[int]) -> list[Mapping[str, Any]]:
+    """The original tool results among ``summarize`` that masking replaced in ``masked``."""
+    return [originals[i] for i in summarize
+            if masked[i] is not originals[i] and is_result(originals[i])]
+
+
+def restored_text(results: Sequence[Mapping[str, Any]]) -> str:
+    """The original outputs, each under its call id, as one text."""
+    return "\n\n".join(f"[{m.get('tool_call_id') or '?'}]\n{message_text(m)}" for m in results)
+
+
+def prefix_prompt(masked: Sequence[Mapping[str, Any]], cut: int, restored: str,
+                  counter: TokenCounter, model: str, tools: Sequence[Any] | None,
+                  max_tokens: int, window: int) -> Prompt | None:
+    """The summary request that rides the provider's prompt cache: the list as it is sent
+    (``masked``, whose start the conversation's last request sent too), then ``restored`` (what
+    the cached part lacks: the original text of masked outputs in the covered range, or notes
+    on them), then the instruction. ``None`` when it does not fit ``window`` with
+    ``max_tokens`` to answer."""
+    prompt = [m if isinstance(m, dict) else dict(m) for m in masked]
+    if restored:
+        prompt.append({"role": "user", "content": RESTORED_INTRO + "\n\n" + restored})
+    prompt.append({"role": "user",
+                   "content": PREFIX_INSTRUCTION.format(keep=max(1, len(masked) - cut))})
+    if prompt_room(prompt, counter, model, tools, max_tokens, window) < 0:
+        return None
+    return prompt
+
+
+def prompt_room(prompt: Prompt, counter: TokenCounter, model: str, tools: Sequence[Any] | None,
+                max_tokens: int, window: int) -> int:
+    """Tokens left in ``window`` after ``prompt`` and its answer (negative: it does not fit)."""
+    return window - counter.count_messages(prompt, model, tools) - max_tokens - MARGIN

@@ -124,10 +124,11 @@ async def test_masked_line_reaches_the_summarizer() -> None:
     msgs += conversation(turns=10, size=1_000)[3:]
     needle = "DEPLOY KEY ROTATED: the staging token is tok_4471, expires 2031-02-03"
     msgs[4]["content"] = words(2_000, 1) + "\n" + needle + "\n" + words(2_000, 2)
-    rewrite = plan_request(msgs, Scope(Policy(), 10_000, counter, MODEL))
+    moving = replace(Policy(), masking=replace(Policy().masking, in_steps=False))
+    rewrite = plan_request(msgs, Scope(moving, 8_500, counter, MODEL))
     assert needle not in json.dumps(rewrite.mask.messages)  # masking replaced it
     assert rewrite.compaction is not None and 4 in rewrite.compaction.summarize
-    res, fake = await run(rewrite.mask.messages, 10_000, originals=msgs,
+    res, fake = await run(rewrite.mask.messages, 8_500, originals=msgs,
                           plan=rewrite.compaction, counter=counter)
     assert res.status == "compacted" and needle in fake.inputs
 

@@ -41,9 +41,12 @@ def results(msgs: list[dict[str, Any]]) -> list[int]:
     return [i for i, m in enumerate(msgs) if m["role"] == "tool"]
 
 
+MOVING = replace(Policy(), masking=MaskingPolicy(in_steps=False))  # the boundary moves each turn
+
+
 def test_masks_all_but_the_newest_keep_recent() -> None:
     msgs = session()
-    res = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
+    res = mask_tool_outputs(msgs, Scope(MOVING, WINDOW, TokenCounter(), MODEL))
     idx = results(msgs)
     assert res.triggered
     assert [m["content"] for m in (res.messages[i] for i in idx[-5:])] == \
@@ -116,9 +119,15 @@ def test_worked_example_trigger_on_200k_window() -> None:
         return msgs
 
     assert not mask_tool_outputs(padded(110_000),
-                                        Scope(Policy(), 200_000, counter, MODEL)).triggered
-    res = mask_tool_outputs(padded(110_001), Scope(Policy(), 200_000, counter, MODEL))
+                                 Scope(MOVING, 200_000, counter, MODEL)).triggered
+    res = mask_tool_outputs(padded(110_001), Scope(MOVING, 200_000, counter, MODEL))
     assert res.triggered and len(res.masked) == 3
+    # In steps, a step that frees less than min_free_ratio x window (here 6,000 < 10,000) waits.
+    waiting = mask_tool_outputs(padded(110_001), Scope(Policy(), 200_000, counter, MODEL))
+    assert waiting.masked == []
+    eager = replace(Policy(), masking=MaskingPolicy(min_free_ratio=0.0))
+    assert len(mask_tool_outputs(padded(110_001),
+                                 Scope(eager, 200_000, counter, MODEL)).masked) == 3
 
 
 def test_excluded_pinned_and_protected_are_never_masked() -> None:
@@ -144,7 +153,7 @@ def test_excluded_pinned_and_protected_are_never_masked() -> None:
 def test_parallel_results_resolve_their_own_tool_names() -> None:
     msgs = [system(), user(), *parallel_turn({"read_file": words(400), "grep": words(400, 1)})]
     msgs += tool_turn("ls", "a b c") * 1
-    policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1))
+    policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1, in_steps=False))
     res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert [s.tool_name for s in res.masked] == ["read_file", "grep"]
     assert "from grep;" in res.messages[4]["content"]

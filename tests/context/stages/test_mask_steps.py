@@ -1,0 +1,139 @@
+"""Masking in steps: the masked set only grows, in steps, replayed from the list itself."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.context.stages.mask import MaskResult, is_placeholder, mask_tool_outputs
+from proxy.context.stages.plan import plan
+from proxy.context.stages.scope import Scope
+from proxy.context.tokens import TokenCounter
+from proxy.policy.model import MaskingPolicy, Policy
+from proxy.testing import agent
+
+MODEL = "gpt-4o"
+COUNTER = TokenCounter()
+SPEC = agent.AgentSpec(seed=3, output_tokens=(300, 1200), thought_words=(5, 20), memory=None)
+
+
+def policy(**masking: Any) -> Policy:
+    return replace(Policy(), masking=MaskingPolicy(**masking))
+
+
+def turns(spec: agent.AgentSpec, n: int) -> list[list[dict[str, Any]]]:
+    """The client's message list at each of ``n`` requests of a growing session."""
+    msgs = agent.opening_messages(spec)
+    out = []
+    for assistant, results in agent.turns(spec, n):
+        out.append(list(msgs))
+        msgs = [*msgs, assistant, *results]
+    out.append(msgs)
+    return out
+
+
+def dumps(messages: list[dict[str, Any]]) -> str:
+    return json.dumps(messages, ensure_ascii=False)
+
+
+def masked_ids(res: MaskResult) -> set[str]:
+    return {s.id for s in res.masked}
+
+
+def play(pol: Policy, window: int, n: int, spec: agent.AgentSpec = SPEC
+         ) -> list[tuple[list[dict[str, Any]], MaskResult]]:
+    return [(msgs, mask_tool_outputs(msgs, Scope(pol, window, COUNTER, MODEL)))
+            for msgs in turns(spec, n)]
+
+
+def test_between_steps_every_earlier_message_is_sent_byte_identical() -> None:
+    played = play(Policy(), 40_000, 120)
+    steps = 0
+    for (_, before), (_, now) in itertools.pairwise(played):
+        head = now.messages[:len(before.messages)]
+        if now.first_change is None:
+            assert dumps(head) == dumps(before.messages)
+        else:
+            steps += 1
+            assert dumps(head[:now.first_change]) == dumps(before.messages[:now.first_change])
+        assert masked_ids(before) <= masked_ids(now)  # the masked set only grows
+    assert 2 <= steps <= 10
+
+
+def test_a_step_clears_everything_older_than_the_newest_keep_recent() -> None:
+    for msgs, res in play(Policy(), 40_000, 120):
+        if res.first_change is None:
+            continue
+        results = [i for i, m in enumerate(msgs) if m["role"] == "tool"]
+        maskable = [i for i in results[:-5] if msgs[i]["content"] != "plan updated"]
+        assert [s.index for s in res.masked] == maskable
+        assert all(res.messages[i] == msgs[i] for i in results[-5:])
+        assert all(is_placeholder(res.messages[i]["content"]) for i in maskable)
+
+
+def test_a_step_comes_only_when_the_transcript_as_sent_crosses_the_trigger() -> None:
+    window = 40_000
+    played = play(Policy(), window, 120)
+    for (_, before), (_, now) in itertools.pairwise(played):
+        # What this request would send with the masking so far (the previous request's).
+        as_sent = now.tokens_before - (before.tokens_before - before.tokens_after)
+        if now.first_change is not None:
+            assert as_sent > 0.55 * window
+        elif as_sent > 0.55 * window:  # over the trigger without a step: it would free little
+            assert now.tokens_after == as_sent
+
+
+def test_with_in_steps_off_the_boundary_moves_every_turn() -> None:
+    moving = play(policy(in_steps=False), 40_000, 120)
+    stepping = play(Policy(), 40_000, 120)
+    changed_moving = sum(1 for _, r in moving if r.first_change is not None)
+    changed_steps = sum(1 for _, r in stepping if r.first_change is not None)
+    assert changed_moving > 3 * changed_steps
+    assert sum(r.tokens_after for _, r in moving) < sum(r.tokens_after for _, r in stepping)
+
+
+def test_prefix_kept_counts_what_the_previous_request_sent_the_same() -> None:
+    scope = Scope(Policy(), 12_000, COUNTER, MODEL, agent.TOOLS)
+    previous: list[dict[str, Any]] | None = None
+    for msgs in turns(SPEC, 40):
+        p = plan(msgs, scope)
+        sent = p.mask.messages
+        if previous is None:
+            assert p.kept == 0
+        else:
+            n = 0
+            while n < len(previous) and sent[n] == previous[n]:
+                n += 1
+            assert p.kept == COUNTER.tools_tokens(agent.TOOLS, MODEL) + \
+                sum(p.mask.message_tokens[:n])
+        previous = sent
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), low=st.integers(50, 800), spread=st.integers(0, 1500),
+       keep=st.integers(0, 6), trigger=st.sampled_from([0.3, 0.45, 0.55, 0.7]),
+       free=st.sampled_from([0.0, 0.02, 0.05, 0.1]), n=st.integers(5, 45))
+def test_steps_property(seed: int, low: int, spread: int, keep: int, trigger: float,
+                        free: float, n: int) -> None:
+    """For any session: the masked set only grows; between steps the sent prefix is
+    byte-identical; the newest keep_recent results are always verbatim; and the list a request
+    gets depends on nothing but that request (so a fresh replica masks the same)."""
+    spec = replace(SPEC, seed=seed, output_tokens=(low, low + spread))
+    pol = policy(keep_recent=keep, trigger_ratio=trigger, min_free_ratio=free)
+    played = play(pol, 10_000, n, spec)
+    for (_, before), (msgs, now) in itertools.pairwise(played):
+        assert masked_ids(before) <= masked_ids(now)
+        head = now.messages[:len(before.messages)]
+        end = len(before.messages) if now.first_change is None else now.first_change
+        assert dumps(head[:end]) == dumps(before.messages[:end])
+        results = [i for i, m in enumerate(msgs) if m["role"] == "tool"]
+        assert all(now.messages[i] == msgs[i] for i in results[len(results) - keep:])
+    last_msgs, last = played[-1]
+    again = mask_tool_outputs(json.loads(json.dumps(last_msgs)),
+                              Scope(pol, 10_000, TokenCounter(), MODEL))
+    assert dumps(again.messages) == dumps(last.messages)

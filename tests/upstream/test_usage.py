@@ -22,3 +22,21 @@ def test_stated_window() -> None:
             b'However, your messages resulted in 130000 tokens."}}')
     assert stated_window(body) == 128_000
     assert stated_window(b'{"error": {"message": "prompt is too long"}}') is None
+
+
+def test_cached_tokens_are_read_whole_and_streamed() -> None:
+    from proxy.upstream.usage import UsageScanner, cached_tokens_of
+
+    whole = (b'{"usage":{"prompt_tokens":5000,"completion_tokens":9,'
+             b'"prompt_tokens_details":{"cached_tokens":4096}}}')
+    assert cached_tokens_of(whole) == 4096
+    assert cached_tokens_of(b'{"usage":{"prompt_tokens":5}}') == 0
+    assert cached_tokens_of(b'{"usage":{"input_tokens":5,"cache_read_input_tokens":77}}') == 77
+    stream = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+              b'data: {"choices":[],"usage":{"prompt_tokens":5000,'
+              b'"prompt_tokens_details":{"cached_tokens":4096}}}\n\ndata: [DONE]\n\n')
+    for cut in range(1, len(stream), 7):
+        scanner = UsageScanner()
+        scanner.feed(stream[:cut])
+        scanner.feed(stream[cut:])
+        assert (scanner.prompt_tokens, scanner.cached_tokens) == (5000, 4096), cut

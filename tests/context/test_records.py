@@ -1,0 +1,49 @@
+"""Records: spills by their id or the short id placeholders show, and upstream usage totals."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from proxy.context.records import Records
+from proxy.context.stages.mask import SHORT_ID, Spill, placeholder, spill_id
+from proxy.store import Store
+
+
+def records(tmp_path: Path) -> Records:
+    return Records(Store(tmp_path / "r.db"))
+
+
+def test_a_spill_is_found_by_its_id_or_the_placeholders_short_id(tmp_path: Path) -> None:
+    r = records(tmp_path)
+    content = "the original output " * 50
+    sid = spill_id(content)
+    spill = Spill(sid, "read_file", "call_1", content, 250, 3)
+    asyncio.run(r.add_spills("acme", "conv", [spill], 7.0))
+    short = placeholder("read_file", 250, sid).rsplit(" ", 1)[1].rstrip("]")
+    assert short == sid[:SHORT_ID]
+    for key in (sid, short, sid[:40]):
+        found = r.spill("conv", key)
+        assert found is not None and found["content"] == content and found["id"] == sid
+    for key in (sid[:SHORT_ID - 1], sid.upper(), "z" * 16, sid + "0", "%" * 16):
+        assert r.spill("conv", key) is None
+    assert r.spill("another-conversation", sid) is None
+
+
+def test_usage_totals_add_up_and_survive_a_flush(tmp_path: Path) -> None:
+    r = records(tmp_path)
+    r.add_upstream_usage("acme", "conv", "m", 1000, 800)
+    r.add_upstream_usage("acme", "conv", "m", 1200, 1024)
+    r.add_upstream_usage("acme", "conv", "m", 5000, 4096, summary=True)
+    r.add_upstream_usage("acme", "conv", "other", 10, 0)
+    expected = {"requests": 2, "prompt_tokens": 2200, "cached_tokens": 1824,
+                "summary_calls": 1, "summary_prompt_tokens": 5000,
+                "summary_cached_tokens": 4096}
+    assert r.usage_totals("conv")["m"] == expected  # pending, not yet written
+    asyncio.run(r.flush_usage())
+    assert r.usage_totals("conv")["m"] == expected
+    r.add_upstream_usage("acme", "conv", "m", 100, 0)
+    asyncio.run(r.flush_usage())
+    again = Records(r.store).usage_totals("conv")  # what another process reads
+    assert again["m"]["requests"] == 3 and again["m"]["prompt_tokens"] == 2300
+    assert again["other"]["requests"] == 1 and r.exists("conv")

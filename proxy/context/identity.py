@@ -19,12 +19,20 @@ MAX_ID_LENGTH = 256
 
 def conversation_key(org: str, public_id: str) -> str:
     """The stored key of ``public_id`` within ``org``."""
-    h = hashlib.blake2b(digest_size=16)
-    for part in (org, public_id):
-        data = part.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
+    found = _keys.get((org, public_id))
+    if found is None:
+        h = hashlib.blake2b(digest_size=16)
+        for part in (org, public_id):
+            data = part.encode("utf-8", "surrogatepass")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+        if len(_keys) >= _MEMO_LIMIT:
+            _keys.clear()
+        found = _keys[(org, public_id)] = h.hexdigest()
+    return found
+
+
+_keys: dict[tuple[str, str], str] = {}  # a conversation's key is asked for on every turn
 
 
 def fingerprint_id(org: str, messages: Sequence[Mapping[str, Any]]) -> str:

@@ -76,6 +76,11 @@ class CompactionPlan:
         return self.new_messages > 0
 
 
+def trigger_tokens(scope: Scope) -> int:
+    """Compaction runs when the transcript (after masking) has more tokens than this."""
+    return int(scope.policy.compaction.trigger_ratio * scope.compaction_window)
+
+
 def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
                       bounds: list[tuple[int, int]]) -> set[int]:
     """Indices (into ``bounds``) of the tool groups holding a message that must be kept."""
@@ -134,7 +139,7 @@ def plan_compaction(
         scope.counter.message_token_list(messages, scope.model)
     overhead = scope.overhead()
     total = sum(tokens) + overhead
-    trigger = int(cp.trigger_ratio * w)
+    trigger = trigger_tokens(scope)
     if not force and total <= trigger:
         return None
     bounds = group_bounds(messages)

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from proxy.context.stages.compact import CompactionPlan, plan_compaction, summary_message
+from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
-from proxy.context.stages.messages import prefix_hash
+from proxy.context.stages.mask import trigger_tokens as mask_trigger
+from proxy.context.stages.messages import as_dicts, prefix_hash
 from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
@@ -109,10 +111,14 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     skips the trigger and the no-loop wait. ``pairs``: the per-message (tokens, content
     tokens) of ``messages`` when already counted; ``verified``: a (prefix hash, covered) known
     to match ``messages``."""
-    known = prior is not None and verified == (prior.prefix_hash, prior.covered)
-    view = apply_prior(messages, prior, scope.policy, known)
     if pairs is None:
         pairs = scope.counter.token_pairs(messages, scope.model)
+    if prior is None and not force:
+        quiet = _untouched(messages, scope, pairs)
+        if quiet is not None:
+            return quiet
+    known = prior is not None and verified == (prior.prefix_hash, prior.covered)
+    view = apply_prior(messages, prior, scope.policy, known)
     view_pairs = pairs if view.prior is None else \
         [pairs[o] if o >= 0 else scope.counter.token_pairs([view.messages[i]], scope.model)[0]
          for i, o in enumerate(view.origin)]
@@ -131,6 +137,24 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
     preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
     return Plan(view, mask, cplan, before, action, covered, preserved, previous, kept)
+
+
+def _untouched(messages: Sequence[Mapping[str, Any]], scope: Scope,
+               pairs: Sequence[tuple[int, int]]) -> Plan | None:
+    """The plan of a request under both triggers with no stored compaction (most requests):
+    forward it as it is; ``None`` when a stage may run."""
+    tokens = [t for t, _ in pairs]
+    before = sum(tokens) + scope.overhead()
+    policy = scope.policy
+    if policy.masking.enabled and scope.window and before > mask_trigger(policy, scope.window):
+        return None
+    if policy.compaction.enabled and before > compaction_trigger(scope):
+        return None
+    msgs = as_dicts(messages)
+    mask = MaskResult(msgs, [], 0, before, before, tokens, triggered=False)
+    previous = previous_point(msgs)
+    return Plan(View(msgs, tuple(range(len(msgs))), None), mask, None, before, "forward",
+                previous=previous, kept=kept_tokens(scope, tokens, previous) if previous else 0)
 
 
 def previous_point(messages: Sequence[Mapping[str, Any]]) -> int:

@@ -159,6 +159,7 @@ class Store:
         # The writer connection is shared by the writer thread and synchronous callers (the CLI,
         # tests): one lock keeps their transactions from interleaving.
         self.lock = threading.RLock()
+        self.key_writes = 0  # key writes by this process: the key cache looks at once
 
     def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         with self.lock:
@@ -178,6 +179,7 @@ class Store:
 
     def _bump_keys_version(self) -> None:
         self.db.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
+        self.key_writes += 1
 
     def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
         """Issue a proxy key; returns the record and the plaintext, which is never stored."""

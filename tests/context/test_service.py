@@ -85,16 +85,23 @@ def history(turns: int, size: int = 300, head: str = "You are a careful agent.")
     return msgs
 
 
-async def test_concurrent_requests_share_one_summary(tmp_path: Path) -> None:
-    summaries = Summaries()
+async def concurrently(svc: ContextService, summaries: Summaries, n: int
+                       ) -> tuple[list[Any], list[Any]]:
+    """``n`` requests of one conversation over the trigger at once, the summary held until
+    all of them are waiting for it: (their jobs, their reports)."""
     summaries.gate.clear()
-    svc = service(tmp_path, summaries)
     request = chat(history(turns=30))
-    jobs = [await svc.prepare(ALICE, request, "c1") for _ in range(3)]
+    jobs = [await svc.prepare(ALICE, request, "c1") for _ in range(n)]
     tasks = [asyncio.create_task(svc.manage(job)) for job in jobs]
     await asyncio.sleep(0.05)
     summaries.gate.set()
-    reports = await asyncio.gather(*tasks)
+    return jobs, list(await asyncio.gather(*tasks))
+
+
+async def test_concurrent_requests_share_one_summary(tmp_path: Path) -> None:
+    summaries = Summaries()
+    svc = service(tmp_path, summaries)
+    jobs, reports = await concurrently(svc, summaries, 3)
     assert len(summaries.calls) == 1
     assert sorted(r.outcome for r in reports) == ["auto", "reused", "reused"]
     leader = next(r for r in reports if r.outcome == "auto")
@@ -160,14 +167,8 @@ async def test_a_failed_summary_leaves_the_conversation_unchanged(
         tmp_path: Path, error: Exception) -> None:
     summaries = Summaries()
     summaries.error = error
-    summaries.gate.clear()
     svc = service(tmp_path, summaries)
-    request = chat(history(turns=30))
-    jobs = [await svc.prepare(ALICE, request, "c1") for _ in range(2)]
-    tasks = [asyncio.create_task(svc.manage(job)) for job in jobs]
-    await asyncio.sleep(0.05)
-    summaries.gate.set()
-    reports = await asyncio.gather(*tasks)
+    jobs, reports = await concurrently(svc, summaries, 2)
     assert [r.outcome for r in reports] == ["failed", "failed"] and len(summaries.calls) == 1
     assert all(r.messages is None and r.divider is None for r in reports)
     assert svc.records.dividers(jobs[0].key) == [] and svc.records.latest(jobs[0].key) is None

@@ -103,3 +103,24 @@ def test_headers_set_in_ignores_headers_only_read() -> None:
         'h["X-Context-Retried"] = "yes"\n'
         'seen = response.headers["X-Seen"]\n')
     assert headers_set_in(tree) == {"X-Conversation-Id", "X-Context-Retried"}
+
+
+def test_the_code_map_points_at_code_that_exists() -> None:
+    """Every row of "Where each rule lives" names files that exist and functions defined in
+    one of them (a renamed function or a moved rule must update the map)."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("### Where each rule lives", 1)[1].split("\n\n", 2)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 15
+    for row in rows[1:]:
+        files = re.findall(r"`(proxy/[\w/]+\.py)`", row)
+        names = re.findall(r"`([A-Za-z_][\w.]*)`", row.split("|")[3])
+        assert files, row
+        source = "\n".join((ROOT / f).read_text() for f in files)
+        for name in names:
+            leaf = name.rsplit(".", 1)[-1]
+            if name.startswith("proxy/") or leaf.isupper() and leaf in source:
+                continue
+            assert re.search(rf"(def|class) {leaf}\b|^{leaf} = ", source, re.M), (row, name)

@@ -121,6 +121,6 @@ def test_the_code_map_points_at_code_that_exists() -> None:
         source = "\n".join((ROOT / f).read_text() for f in files)
         for name in names:
             leaf = name.rsplit(".", 1)[-1]
-            if name.startswith("proxy/") or leaf.isupper() and leaf in source:
+            if name.startswith("proxy/") or (leaf.isupper() and leaf in source):
                 continue
             assert re.search(rf"(def|class) {leaf}\b|^{leaf} = ", source, re.M), (row, name)

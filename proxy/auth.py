@@ -23,10 +23,19 @@ CHECK_EVERY_S = 0.05  # how stale the key cache may be for another process's wri
 
 @dataclass(frozen=True)
 class Principal:
+    """Who calls. ``namespace`` scopes the caller's conversations (their dividers, spills and
+    summaries): the organization for issued and bound keys; for an unbound passthrough key, a
+    namespace of that key alone (by its hash), so two such keys never see each other's."""
+
     org: str
     user: str | None
     key_id: str | None
     upstream_key: str | None  # what is sent upstream as the bearer token
+    namespace: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.namespace:
+            object.__setattr__(self, "namespace", self.org)
 
     def __repr__(self) -> str:  # never print a key
         return f"Principal(org={self.org!r}, user={self.user!r}, key_id={self.key_id!r})"
@@ -70,7 +79,8 @@ class Authenticator:
         if self.mode == "passthrough":
             # The client's own key goes upstream; a binding only chooses the organization.
             if rec is None:
-                return Principal(DEFAULT_ORG, None, None, token)
+                return Principal(DEFAULT_ORG, None, None, token,
+                                 namespace=f"{DEFAULT_ORG}/key:{digest[:32]}")
             return None if rec.revoked_at else Principal(rec.org, rec.user, rec.id, token)
         if rec is None or rec.revoked_at is not None or rec.kind != "proxy":
             return None

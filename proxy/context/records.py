@@ -123,21 +123,31 @@ class Records:
 
     async def add_compaction(self, org: str, conversation: str, **values: Any
                              ) -> CompactionRecord:
-        """Store a compaction (and its divider); it becomes the conversation's latest."""
-        prev = self.latest(conversation)
-        rec = CompactionRecord(id="div_" + secrets.token_hex(8), conversation=conversation,
-                               seq=(prev.seq + 1) if prev else 1, created_at=time.time(),
-                               **values)
-        row = asdict(rec)
-        row["preserved"] = json.dumps(list(rec.preserved))
+        """Store a compaction (and its divider); the newest becomes the conversation's latest.
 
-        def write() -> None:
+        The sequence number is allocated inside the write transaction, so compactions of one
+        conversation made at the same moment (requests of different lengths, each a prefix of
+        its own) are numbered one after the other instead of colliding."""
+        made = time.time()
+        div_id = "div_" + secrets.token_hex(8)
+
+        def write() -> CompactionRecord:
             with self.store.db.conn:
                 self._touch(org, conversation)
-                self.store.db.table("compactions").insert(row)
+                row = self.store.db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
+                    [conversation]).fetchone()
+                rec = CompactionRecord(id=div_id, conversation=conversation, seq=int(row[0]),
+                                       created_at=made, **values)
+                stored = asdict(rec)
+                stored["preserved"] = json.dumps(list(rec.preserved))
+                self.store.db.table("compactions").insert(stored)
+            return rec
 
-        await self.store.write(write)
-        self._remember(self._latest, conversation, rec)
+        rec = await self.store.write(write)
+        latest = self._latest.get(conversation)
+        if latest is None or latest.seq < rec.seq:
+            self._remember(self._latest, conversation, rec)
         return rec
 
     def _touch(self, org: str, conversation: str) -> None:

@@ -79,8 +79,8 @@ class ContextService:
                                   param="X-Conversation-Id")
             public = header
         else:
-            public = fingerprint_id(principal.org, request.messages)
-        return public, conversation_key(principal.org, public)
+            public = fingerprint_id(principal.namespace, request.messages)
+        return public, conversation_key(principal.namespace, public)
 
     async def prepare(self, principal: Principal, request: ChatRequest, header: str | None, *,
                       manual: bool = False, conversation: tuple[str, str] | None = None

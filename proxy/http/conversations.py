@@ -24,7 +24,7 @@ def _conversation(request: web.Request) -> tuple[str, str]:
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
         raise _NOT_FOUND
-    key = conversation_key(principal.org, public)
+    key = conversation_key(principal.namespace, public)
     if not state.context.records.exists(key):
         raise _NOT_FOUND
     return public, key
@@ -54,7 +54,7 @@ async def compact_now(request: web.Request) -> web.Response:
         raise bad_request("The conversation id must be 1–256 printable characters.")
     chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     manual.require_assistant_turn(chat.messages)
-    key = conversation_key(principal.org, public)
+    key = conversation_key(principal.namespace, public)
     if not state.context.records.exists(key):
         raise _NOT_FOUND
     job = await state.context.prepare(principal, chat, None, manual=True,

@@ -234,3 +234,25 @@ def test_a_fresh_replica_masks_what_a_warm_one_does(tmp_path: Path, seed: int, n
 
     warm_sent, fresh_sent = asyncio.run(run())
     assert orjson.dumps(warm_sent) == orjson.dumps(fresh_sent)
+
+
+async def test_requests_of_different_lengths_compacting_at_once_all_succeed(
+        tmp_path: Path) -> None:
+    """One conversation hit at the same moment by requests whose histories differ in length:
+    each compacts its own prefix; none fails on the divider's sequence number (50 rounds)."""
+    summaries = Summaries()
+    svc = service(tmp_path, summaries)
+    full = history(turns=36)
+    for round_ in range(50):
+        summaries.gate.clear()
+        lengths = (len(full) - 12, len(full) - 6, len(full))
+        jobs = [await svc.prepare(ALICE, chat(full[:n]), f"race-{round_}") for n in lengths]
+        tasks = [asyncio.create_task(svc.manage(job)) for job in jobs]
+        await asyncio.sleep(0)
+        summaries.gate.set()
+        reports = await asyncio.gather(*tasks)
+        assert [r.outcome for r in reports] == ["auto", "auto", "auto"], round_
+        dividers = svc.records.dividers(jobs[0].key)
+        assert len(dividers) == 3 and len({d["id"] for d in dividers}) == 3
+        assert svc.records.latest(jobs[0].key) is not None
+        assert svc.records.latest(jobs[0].key).seq == 3  # type: ignore[union-attr]

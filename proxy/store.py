@@ -90,12 +90,18 @@ def _m005_usage_totals(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m006_truncated_summaries(db: sqlite_utils.Database) -> None:
+    # A summary the upstream made longer than asked is cut at a sentence; its divider says so.
+    db.table("compactions").add_column("truncated", int, not_null_default=0)
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
     ("003_conversations", _m003_conversations),
     ("004_drop_unused_columns", _m004_drop_unused_columns),
     ("005_usage_totals", _m005_usage_totals),
+    ("006_truncated_summaries", _m006_truncated_summaries),
 ]
 
 

@@ -48,7 +48,7 @@ def _old_database(path: Path) -> sqlite_utils.Database:
 def test_new_migrations_are_appended_after_the_released_ones() -> None:
     assert [name for name, _ in MIGRATIONS] == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
-        "005_usage_totals"]
+        "005_usage_totals", "006_truncated_summaries"]
 
 
 def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
     assert migrate(db) == [name for name, _ in MIGRATIONS]
     assert _columns(db, "conversations") == {
         "id", "org", "created_at", "updated_at", "usage_prompt_tokens", "usage_estimate"}
-    assert _columns(db, "compactions") == set(COMPACTION) - {"text"}
+    assert _columns(db, "compactions") == set(COMPACTION) - {"text"} | {"truncated"}
 
 
 def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) -> None:
@@ -64,12 +64,14 @@ def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) ->
     for table, column in DROPPED.items():
         assert column in _columns(db, table)
 
-    assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals"]
+    assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals",
+                           "006_truncated_summaries"]
 
     for table, column in DROPPED.items():
         assert column not in _columns(db, table)
     assert list(db.table("conversations").rows) == [_without(CONVERSATION, "usage_messages")]
-    assert list(db.table("compactions").rows) == [_without(COMPACTION, "text")]
+    assert list(db.table("compactions").rows) == [{**_without(COMPACTION, "text"),
+                                                   "truncated": 0}]
     assert db.table("conversations").pks == ["id"]
     assert db.table("compactions").pks == ["id"]
     unique = [i.columns for i in db.table("compactions").indexes if i.unique and i.origin == "c"]
@@ -92,7 +94,7 @@ def test_opening_the_store_migrates_an_old_database(tmp_path: Path) -> None:
     store = Store(tmp_path / "old.db")
     try:
         row = store.reader.execute("SELECT * FROM compactions").fetchone()
-        assert dict(row) == _without(COMPACTION, "text")
+        assert dict(row) == {**_without(COMPACTION, "text"), "truncated": 0}
         assert "usage_messages" not in _columns(store.db, "conversations")
     finally:
         store.close()

@@ -52,6 +52,11 @@ class Compacted:
     def calls(self) -> int:
         return len(self.answers)
 
+    @property
+    def truncated(self) -> bool:
+        """Whether a summary call came back longer than asked and was cut."""
+        return any(a.truncated for a in self.answers)
+
 
 async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
                   originals: Sequence[Mapping[str, Any]], scope: Scope, summarize: Summarizer,

@@ -41,6 +41,7 @@ class CompactionRecord:
     tokens_before: int
     tokens_after: int
     status: str  # compacted | insufficient (still over the trigger after rewriting)
+    truncated: bool = False  # a summary came back longer than asked and was cut
 
     @property
     def text(self) -> str:
@@ -51,12 +52,15 @@ class CompactionRecord:
         return {"id": self.id, "object": "conversation.divider", "created_at": self.created_at,
                 "kind": self.kind, "text": self.text, "tokens_before": self.tokens_before,
                 "tokens_after": self.tokens_after, "covered_messages": self.covered,
-                "summary_model": self.summary_model, "summary_tokens": self.summary_tokens}
+                "summary_model": self.summary_model, "summary_tokens": self.summary_tokens,
+                "truncated": self.truncated}
 
 
 def _record(row: dict[str, Any]) -> CompactionRecord:
-    fields = {k: row[k] for k in CompactionRecord.__dataclass_fields__ if k != "preserved"}
-    return CompactionRecord(preserved=tuple(json.loads(row["preserved"])), **fields)
+    fields = {k: row[k] for k in CompactionRecord.__dataclass_fields__
+              if k not in ("preserved", "truncated")}
+    return CompactionRecord(preserved=tuple(json.loads(row["preserved"])),
+                            truncated=bool(row["truncated"]), **fields)
 
 
 @dataclass

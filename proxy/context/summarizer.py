@@ -19,6 +19,7 @@ from proxy.context.stages.summary import (
     Budget,
     Prompt,
     SummaryFailed,
+    clean_cut,
     merge_prompts,
     summary_prompts,
 )
@@ -35,6 +36,7 @@ class Answer:
     text: str
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    truncated: bool = False  # longer than max_tokens: cut at a sentence or line end
 
 
 class Summarizer(Protocol):
@@ -88,8 +90,10 @@ async def call(summarize: Summarizer, prompt: Prompt, max_tokens: int, counter: 
     text = answer.text.strip()
     if not text:
         raise SummaryFailed("the summarizer returned an empty summary")
-    return Answer(counter.truncate_text(text, model, max_tokens), answer.prompt_tokens,
-                  answer.cached_tokens)
+    cut = counter.truncate_text(text, model, max_tokens)
+    if cut == text:
+        return Answer(text, answer.prompt_tokens, answer.cached_tokens)
+    return Answer(clean_cut(cut), answer.prompt_tokens, answer.cached_tokens, truncated=True)
 
 
 async def _call(summarize: Summarizer, prompt: Prompt, budget: Budget,

@@ -256,3 +256,22 @@ async def test_requests_of_different_lengths_compacting_at_once_all_succeed(
         assert len(dividers) == 3 and len({d["id"] for d in dividers}) == 3
         assert svc.records.latest(jobs[0].key) is not None
         assert svc.records.latest(jobs[0].key).seq == 3  # type: ignore[union-attr]
+
+
+async def test_a_summary_longer_than_asked_is_cut_at_a_sentence_and_marked(
+        tmp_path: Path) -> None:
+    sentence = "The user wants the quarterly report split by region and currency. "
+    summaries = Summaries(reply=sentence * 400)  # an upstream that ignores max_tokens
+    svc = service(tmp_path, summaries)
+    report = await svc.manage(await svc.prepare(ALICE, chat(history(turns=30)), "c1"))
+    assert report.outcome == "auto" and report.divider is not None
+    assert report.divider.truncated and report.divider.divider()["truncated"] is True
+    summary = report.divider.summary
+    assert summary.endswith("currency.") and len(summary) < len(sentence * 400)
+    stored = svc.records.dividers(report.divider.conversation)
+    assert stored[0]["truncated"] is True
+    fitting = Summaries(reply=sentence)
+    (tmp_path / "other").mkdir()
+    other = service(tmp_path / "other", fitting)
+    normal = await other.manage(await other.prepare(ALICE, chat(history(turns=30)), "c1"))
+    assert normal.divider is not None and not normal.divider.truncated

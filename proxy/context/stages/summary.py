@@ -237,3 +237,12 @@ def prompt_room(prompt: Prompt, counter: TokenCounter, model: str, tools: Sequen
                 max_tokens: int, window: int) -> int:
     """Tokens left in ``window`` after ``prompt`` and its answer (negative: it does not fit)."""
     return window - counter.count_messages(prompt, model, tools) - max_tokens - MARGIN
+
+
+def clean_cut(text: str) -> str:
+    """``text`` (cut at a token limit, mid-sentence) shortened to its last sentence or line end,
+    when one lies in its second half; else as it is."""
+    end = max(text.rfind("\n"), *(text.rfind(p) + 1 for p in (". ", "! ", "? ")))
+    if text.endswith((".", "!", "?")):
+        return text
+    return text[:end].rstrip() if end > len(text) // 2 else text

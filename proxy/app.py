@@ -19,7 +19,7 @@ from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, chat, conversations, ops, relay, rerank
-from proxy.http.middleware import error_middleware
+from proxy.http.middleware import error_middleware, quiet_parser_errors
 from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
@@ -95,6 +95,7 @@ async def policy_context(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(settings: Settings) -> web.Application:
+    quiet_parser_errors()
     app = web.Application(middlewares=[error_middleware],
                           client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings

@@ -7,7 +7,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.errors import ApiError
 from proxy.state import STATE
@@ -15,6 +16,7 @@ from proxy.state import STATE
 log = logging.getLogger("context_proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLIENT_CLOSED = 499
 
 _MESSAGES = {404: "Unknown path.", 405: "Method not allowed for this path.",
              413: "The request body is larger than this proxy accepts."}
@@ -26,6 +28,28 @@ def route_label(request: web.Request) -> str:
         return "unmatched"
     name = info.route.name
     return name or info.route.resource.canonical if info.route.resource else "unmatched"
+
+
+class QuietParserErrors(logging.Filter):
+    """aiohttp logs a request its HTTP parser refuses (a control character in a header, say)
+    as an ERROR with a traceback that quotes the offending header line, a client's key
+    included. Such records become one WARNING line naming only the kind of fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "refused a malformed HTTP request: %s (%s)", (
+                type(exc).__name__, exc.code)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_parser_errors() -> None:
+    """Install ``QuietParserErrors`` on aiohttp's server logger (once per process)."""
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, QuietParserErrors) for f in server.filters):
+        server.addFilter(QuietParserErrors())
 
 
 @web.middleware
@@ -48,6 +72,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         message = _MESSAGES.get(e.status, e.reason)
         return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_")).response(
             headers={k: v for k, v in e.headers.items() if k.lower() == "allow"})
+    except (ConnectionResetError, ClientConnectionResetError):
+        # The client went away (mid-body, or while a slow answer was on its way): nobody
+        # to answer, and no fault of the proxy's. Counted as 499 (client closed request).
+        status = CLIENT_CLOSED
+        log.info("client closed the connection during %s %s", request.method, request.path)
+        return web.Response(status=CLIENT_CLOSED)  # written to no one: aiohttp drops it
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
         return ApiError(500, "The proxy hit an internal error.", code="internal_error").response()

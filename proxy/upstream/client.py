@@ -23,6 +23,9 @@ HOP_BY_HOP = frozenset({
     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
 })
 _CLIENT_ONLY = frozenset({"authorization", "x-context-compact", "cookie"})
+# Request credentials an upstream (or a proxy in front of it) may echo in its answer: never
+# relayed to a client, whatever the route.
+_ECHOED_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 
 
 def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
@@ -46,8 +49,9 @@ def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
 
 def response_headers(upstream: CIMultiDictProxy[str], drop: Iterable[str] = ()
                      ) -> CIMultiDict[str]:
-    """Headers to relay to the client: the upstream's, minus hop-by-hop ones."""
-    skip = HOP_BY_HOP | {d.lower() for d in drop}
+    """Headers to relay to the client: the upstream's, minus hop-by-hop ones and any echo of
+    a request credential."""
+    skip = HOP_BY_HOP | _ECHOED_CREDENTIALS | {d.lower() for d in drop}
     connection_tokens = {t.strip().lower() for t in upstream.get("Connection", "").split(",")}
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():

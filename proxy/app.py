@@ -94,6 +94,21 @@ async def policy_context(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
+async def _end_streams_in_time(app: web.Application) -> None:
+    """``on_shutdown``: aiohttp lets open requests finish for the shutdown grace, then cuts
+    their connections. Half a second before that, end every relayed stream with an SSE error
+    event instead, so a client sees a clean error rather than a cut."""
+    state, grace = app[STATE], app[SETTINGS].shutdown_grace_s
+
+    def end() -> None:
+        ended = state.upstream.end_streams()
+        if ended:
+            log.warning("shutting down: ended %d open stream(s) with an error event", ended)
+
+    if state.upstream.streams:
+        asyncio.get_running_loop().call_later(max(0.0, grace - 0.5), end)
+
+
 def create_app(settings: Settings) -> web.Application:
     quiet_parser_errors()
     app = web.Application(middlewares=[error_middleware],
@@ -101,6 +116,7 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app.cleanup_ctx.append(_resources)
     app.cleanup_ctx.append(policy_context)  # after _resources: it needs the store
+    app.on_shutdown.append(_end_streams_in_time)
     ops.add_routes(app)
     chat.add_routes(app)
     conversations.add_routes(app)

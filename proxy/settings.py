@@ -53,6 +53,7 @@ class Settings:
     manual_compaction: bool = False
     upstream_timeout_s: float = 600.0
     max_body_bytes: int = 32 * 1024 * 1024
+    shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
     platform: PlatformConfig = field(default_factory=PlatformConfig)
 
 
@@ -85,6 +86,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
         max_body_bytes=int(_env_number("CONTEXT_PROXY_MAX_BODY_BYTES", env, 32 * 1024 * 1024)),
+        shutdown_grace_s=_env_number("CONTEXT_PROXY_SHUTDOWN_GRACE_S", env, 8.0),
         platform=platform,
     )
     values.update(overrides)

@@ -41,7 +41,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     web.run_app(create_app(settings), host=settings.host, port=settings.port,
-                access_log=None, print=lambda s: print(s, file=sys.stderr))
+                access_log=None, print=lambda s: print(s, file=sys.stderr),
+                shutdown_timeout=settings.shutdown_grace_s)
     return 0
 
 

@@ -17,8 +17,16 @@ from proxy.context.job import Job
 from proxy.context.report import ContextReport
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
-from proxy.upstream.client import current_key, request_headers, response_headers
-from proxy.upstream.relay import is_event_stream, relay_stream, relay_whole
+from proxy.upstream.answers import EventCheck, unusable_completion
+from proxy.upstream.client import current_key, request_headers
+from proxy.upstream.relay import (
+    answer_whole,
+    is_encoded,
+    is_event_stream,
+    read_body,
+    relay_stream,
+    relay_whole,
+)
 from proxy.upstream.usage import (
     UsageScanner,
     cached_tokens_of,
@@ -53,7 +61,7 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report))
     try:
         if not 200 <= resp.status < 300 and report.retried is None:
-            error_body = await resp.read()
+            error_body = await read_body(resp)
             if not is_overflow(resp.status, error_body):
                 return _relay_error(state, resp, error_body, report)
             resp.release()
@@ -67,23 +75,27 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
 
 def _relay_error(state: ProxyState, resp: aiohttp.ClientResponse, body: bytes,
                  report: ContextReport) -> web.Response:
-    headers = response_headers(resp.headers)
-    headers.update(report.headers())
-    return web.Response(status=resp.status, body=state.upstream.scrub(body), headers=headers)
+    """An upstream error answer with the ``X-Context-*`` headers: a JSON body relayed scrubbed
+    of the upstream key, any other replaced by an OpenAI-shaped error (``answer_whole``)."""
+    return answer_whole(state.upstream, resp, body, report.headers())
 
 
 async def _relay_answer(request: web.Request, state: ProxyState, job: Job,
                         resp: aiohttp.ClientResponse, report: ContextReport
                         ) -> web.StreamResponse:
+    """Relay the answer with the ``X-Context-*`` headers and record its usage. A stream is
+    checked line by line (a data line that is not JSON ends it with the SSE error event); a
+    whole 200 must be a chat completion (else 502); a broken read is a 502."""
     extra = report.headers()
     if job.request.stream and resp.status == 200 and is_event_stream(resp):
         usage = UsageScanner()
+        check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 on_chunk=usage.feed)
+                                 check=check, tracked=state.upstream.streams)
         await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
         return out
-    out = await relay_whole(state.upstream, resp, extra)
-    if resp.status == 200 and isinstance(out.body, bytes):
+    out = await relay_whole(state.upstream, resp, extra, check=unusable_completion)
+    if out.status == 200 and isinstance(out.body, bytes):
         await state.context.record_usage(job, report, prompt_tokens_of(out.body),
                                          cached_tokens_of(out.body))
     return out

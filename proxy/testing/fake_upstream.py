@@ -2,7 +2,8 @@
 
 It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings`` and echoes
 any other path, records every request it received, and can be told to misbehave (status codes,
-delays, broken connections) so the proxy's fault handling can be exercised for real.
+delays, broken connections, the body shapes of ``Fault.mode``) so the proxy's fault handling can
+be exercised for real.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from aiohttp import web
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.token_formula import REPLY_PRIMING
+from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
+from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -37,18 +40,6 @@ class Recorded:
     @property
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
-
-
-@dataclass
-class Fault:
-    """One scripted misbehaviour; ``match`` picks which chat requests it applies to."""
-
-    status: int = 500
-    body: Any = None  # JSON-able; default an OpenAI-shaped error
-    delay_s: float = 0.0  # before the response headers
-    drop: bool = False  # close the connection without answering
-    times: int = 1  # how many matching requests it applies to (-1: forever)
-    match: Callable[[dict[str, Any]], bool] | None = None
 
 
 _counter: Any = None
@@ -207,32 +198,29 @@ class FakeUpstream:
             self.requests.append(rec)
         return rec
 
-    def _take_fault(self, body: dict[str, Any]) -> Fault | None:
+    def _take_fault(self, body: Any, path: str = "/v1/chat/completions") -> Fault | None:
         for fault in self.faults:
-            if fault.times != 0 and (fault.match is None or fault.match(body)):
+            if fault.times != 0 and fault.path == path and (fault.match is None
+                                                            or fault.match(body)):
                 if fault.times > 0:
                     fault.times -= 1
                 return fault
         return None
+
+    async def _scripted(self, request: web.Request, body: Any
+                        ) -> tuple[Fault | None, web.StreamResponse | None]:
+        """The fault taken for this request, and its answer when it replaces the normal one."""
+        fault = self._take_fault(body, request.path)
+        return fault, await misbehave(request, fault) if fault is not None else None
 
     # --- handlers ---------------------------------------------------------------------------
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
         body = rec.json
-        fault = self._take_fault(body)
-        if fault is not None:
-            if fault.delay_s:
-                await asyncio.sleep(fault.delay_s)
-            if fault.drop:
-                assert request.transport is not None
-                request.transport.close()
-                return web.Response()
-            if fault.status != 200 or fault.body is not None:
-                err = fault.body if fault.body is not None else {"error": {
-                    "message": "fake upstream fault", "type": "server_error", "param": None,
-                    "code": None}}
-                return web.json_response(err, status=fault.status)
+        fault, early = await self._scripted(request, body)
+        if early is not None:
+            return early
         counter = _token_counter()
         per_message = counter.message_token_list(body["messages"], "gpt-4o")
         tools_tokens = counter.tools_tokens(body.get("tools"), "gpt-4o")
@@ -252,6 +240,8 @@ class FakeUpstream:
             answer = self.responder(body)
             message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
         assert isinstance(message, dict)
+        if fault is not None and fault.mode == "huge":
+            message = {"role": "assistant", "content": "0123456789abcdef" * (HUGE_CHARS // 16)}
         cached = min(prompt_tokens, self.cache.cached_tokens(
             request.headers.get("Authorization", ""), body, per_message, tools_tokens))
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
@@ -259,18 +249,35 @@ class FakeUpstream:
                                  "prompt_tokens_details": {"cached_tokens": cached}}
         rec.usage = usage
         if body.get("stream"):
-            return await self._stream(request, body, message, usage)
-        return web.json_response({
+            return await self._stream(request, self._events(body, message, usage), fault)
+        return await answer_json(request, {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
             "model": body["model"], "choices": [{"index": 0, "message": message,
                                                  "finish_reason": _finish(message)}],
-            "usage": usage})
+            "usage": usage}, fault)
 
-    async def _stream(self, request: web.Request, body: dict[str, Any],
-                      message: dict[str, Any], usage: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
+                      ) -> web.StreamResponse:
+        """The events, ``stream_delay_s`` apart (none before the last), shaped by the fault."""
+        mode = fault.mode if fault is not None else ""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+                                           "Cache-Control": "no-cache",
+                                           **(fault.headers if fault else {})})
         await resp.prepare(request)
+        for i, event in enumerate(events):
+            if i == 1 and mode == "reset":
+                return cut(request, resp)
+            if i == 1 and mode == "bad_sse":
+                await resp.write(BAD_EVENT)
+            await write(resp, event, mode)
+            if self.stream_delay_s and i < len(events) - 2:
+                await asyncio.sleep(self.stream_delay_s)
+        await resp.write_eof()
+        return resp
+
+    def _events(self, body: dict[str, Any], message: dict[str, Any], usage: dict[str, Any]
+                ) -> list[bytes]:
+        """One event per delta, then the finish (and usage) events with ``[DONE]`` as one."""
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": body["model"]}
         text = message.get("content") or ""
@@ -282,33 +289,38 @@ class FakeUpstream:
         if message.get("tool_calls"):
             deltas.append({"tool_calls": [dict(c, index=i)
                                           for i, c in enumerate(message["tool_calls"])]})
-        for i, delta in enumerate(deltas):
-            chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": None}])
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            if self.stream_delay_s and i < len(deltas) - 1:
-                await asyncio.sleep(self.stream_delay_s)
-        last = dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": _finish(message)}])
+        chunks = [dict(base, choices=[{"index": 0, "delta": d, "finish_reason": None}])
+                  for d in deltas]
+        chunks.append(dict(base, choices=[{"index": 0, "delta": {},
+                                           "finish_reason": _finish(message)}]))
         if (body.get("stream_options") or {}).get("include_usage"):
-            await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
-            last = dict(base, choices=[], usage=usage)
-        await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+            chunks.append(dict(base, choices=[], usage=usage))
+        events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
+        tail = len(deltas)
+        return [*events[:tail], b"".join(events[tail:]) + b"data: [DONE]\n\n"]
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: web.Request) -> web.StreamResponse:
         await self._record(request)
-        return web.json_response({"object": "list", "data": [
+        fault, early = await self._scripted(request, None)
+        if early is not None:
+            return early
+        return await answer_json(request, {"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "fake",
-             "context_length": window} for name, window in self.models.items()]})
+             "context_length": window} for name, window in self.models.items()]}, fault)
 
-    async def _embeddings(self, request: web.Request) -> web.Response:
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
         body = rec.json
+        fault, early = await self._scripted(request, body)
+        if early is not None:
+            return early
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         data = [{"object": "embedding", "index": i, "embedding": embed(str(t))}
                 for i, t in enumerate(inputs)]
-        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
-                                  "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+        return await answer_json(request, {"object": "list", "data": data,
+                                           "model": body.get("model"),
+                                           "usage": {"prompt_tokens": 0, "total_tokens": 0}},
+                                 fault)
 
     async def _echo(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)

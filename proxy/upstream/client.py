@@ -69,6 +69,15 @@ class Upstream:
         self.api_key = api_key
         self.first_byte_timeout_s = first_byte_timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self.streams: set[aiohttp.ClientResponse] = set()  # answers being relayed as they come
+
+    def end_streams(self) -> int:
+        """Close every upstream answer being relayed as a stream: each relay then ends its
+        client's stream as a broken upstream's (an SSE error event). For shutting down."""
+        ended = list(self.streams)
+        for resp in ended:
+            resp.close()
+        return len(ended)
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.upstream.client import Upstream
+from proxy.upstream.relay import read_body
 
 PATH = "/chat/completions"
 
@@ -55,8 +56,9 @@ def parse_completion(raw: bytes) -> Completion:
 
 async def complete(upstream: Upstream, api_key: str | None, payload: Mapping[str, Any],
                    extra_headers: Mapping[str, str] | None = None) -> Completion:
-    """One non-streamed chat completion. Raises ``CompletionFailed``, or the upstream's
-    ``ApiError`` (502/504) when it cannot be reached; callers bound the call's time."""
+    """One non-streamed chat completion. Raises ``CompletionFailed``, or ``ApiError`` (502/504)
+    when the upstream cannot be reached or its answer breaks off; callers bound the call's
+    time."""
     # The shared session neither decompresses nor adds a Content-Type: ask for plain JSON.
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
                **(extra_headers or {})}
@@ -64,7 +66,7 @@ async def complete(upstream: Upstream, api_key: str | None, payload: Mapping[str
         headers["Authorization"] = f"Bearer {api_key}"
     resp = await upstream.open("POST", PATH, headers, orjson.dumps({**payload, "stream": False}))
     try:
-        raw = await resp.read()
+        raw = await read_body(resp)
     finally:
         resp.release()
     if resp.status != 200:

@@ -29,8 +29,8 @@ def cached_tokens_of(body: bytes) -> int:
 
 
 class UsageScanner:
-    """Finds ``usage.prompt_tokens`` and the cached tokens in an SSE stream fed chunk by
-    chunk."""
+    """Finds ``usage.prompt_tokens`` and the cached tokens in an SSE stream fed chunk by chunk
+    (``feed``) or line by line (``line``)."""
 
     MAX_LINE = 1 << 20
 
@@ -45,10 +45,14 @@ class UsageScanner:
         if len(self._partial) > self.MAX_LINE:
             self._partial = b""
         for line in lines:
-            if line.startswith(b"data:") and b'"prompt_tokens"' in line:
-                data = line[5:].strip()
-                self.prompt_tokens = prompt_tokens_of(data) or self.prompt_tokens
-                self.cached_tokens = cached_tokens_of(data) or self.cached_tokens
+            self.line(line)
+
+    def line(self, line: bytes) -> None:
+        """One complete SSE line, without its line break (``EventCheck`` calls this)."""
+        if line.startswith(b"data:") and b'"prompt_tokens"' in line:
+            data = line[5:].strip()
+            self.prompt_tokens = prompt_tokens_of(data) or self.prompt_tokens
+            self.cached_tokens = cached_tokens_of(data) or self.cached_tokens
 
 
 def is_overflow(status: int, body: bytes) -> bool:

@@ -10,12 +10,14 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.testing.fake_upstream import FakeUpstream, Fault, approx_tokens, embed
+from proxy.testing.faults import BAD_EVENT, HUGE_CHARS
 from proxy.upstream.usage import stated_window
 
 Client = TestClient[web.Request, web.Application]
@@ -119,3 +121,88 @@ async def test_echo_and_embeddings(start: Start) -> None:
     vec = embed("a blue whale")
     assert len(vec) == 64 and math.isclose(sum(v * v for v in vec), 1.0)
     assert embed("a blue whale") == vec and embed("zebra") != vec
+
+
+async def test_page_modes_answer_their_kind_with_the_status_and_headers(start: Start) -> None:
+    fake = FakeUpstream(faults=[
+        Fault(mode="html", status=502), Fault(mode="text", status=429,
+                                              headers={"Retry-After": "7"}),
+        Fault(mode="invalid_json", status=200)])
+    up = await start(fake)
+    html = await up.post(CHAT, json=HELLO)
+    assert (html.status, html.content_type) == (502, "text/html")
+    assert (await html.text()).startswith("<!DOCTYPE html>")
+    text = await up.post(CHAT, json=HELLO)
+    assert (text.status, text.content_type, text.headers["Retry-After"]) == (
+        429, "text/plain", "7")
+    bad = await up.post(CHAT, json=HELLO)
+    assert (bad.status, bad.content_type) == (200, "application/json")
+    with pytest.raises(ValueError):
+        json.loads(await bad.read())
+    assert (await (await up.post(CHAT, json=HELLO)).json())["choices"]
+
+
+async def test_reset_promises_a_length_and_sends_half(start: Start) -> None:
+    fake = FakeUpstream(faults=[Fault(mode="reset", status=200), Fault(mode="reset")])
+    up = await start(fake)
+    for status in (200, 500):
+        resp = await up.post(CHAT, json=HELLO)
+        assert resp.status == status and resp.content_length
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    fake.faults.append(Fault(mode="reset", status=200))
+    stream = await up.post(CHAT, json=dict(HELLO, stream=True))
+    got = b""
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async for chunk in stream.content.iter_any():
+            got += chunk
+    assert got.count(b"\n\n") == 1  # the first event, then the connection closed
+    assert json.loads(got.removeprefix(b"data: "))["choices"][0]["delta"]["content"]
+
+
+async def test_truncated_json_is_a_whole_answer_of_half_the_json(start: Start) -> None:
+    fake = FakeUpstream(faults=[Fault(mode="truncated_json", status=200)])
+    up = await start(fake)
+    resp = await up.post(CHAT, json=HELLO)
+    raw = await resp.read()
+    assert resp.status == 200 and resp.content_length == len(raw)
+    assert raw.startswith(b'{"id": "chatcmpl-fake"')
+    with pytest.raises(ValueError):
+        json.loads(raw)
+
+
+async def test_bad_sse_adds_a_data_line_that_is_not_json(start: Start) -> None:
+    fake = FakeUpstream(faults=[Fault(mode="bad_sse", status=200)], stream_chunks=3)
+    up = await start(fake)
+    text = await (await up.post(CHAT, json=dict(HELLO, stream=True))).text()
+    events = [e.removeprefix("data: ") for e in text.split("\n\n") if e]
+    assert events[1] == BAD_EVENT.decode().strip().removeprefix("data: ")
+    assert json.loads(events[0]) and json.loads(events[2]) and events[-1] == "[DONE]"
+
+
+async def test_huge_and_drip_answer_normally_in_size_and_pace(start: Start) -> None:
+    fake = FakeUpstream(faults=[Fault(mode="huge", status=200), Fault(mode="drip", status=200),
+                                Fault(mode="drip", status=200)])
+    up = await start(fake)
+    huge = await (await up.post(CHAT, json=HELLO)).json()
+    assert len(huge["choices"][0]["message"]["content"]) == HUGE_CHARS
+    resp = await up.post(CHAT, json=HELLO)
+    pieces = [chunk async for chunk in resp.content.iter_any()]
+    assert len(pieces) > 5  # written 16 bytes at a time, a pause apart
+    assert json.loads(b"".join(pieces))["choices"][0]["message"]["content"] == "ack: hello there"
+    stream = await up.post(CHAT, json=dict(HELLO, stream=True))
+    pieces = [chunk async for chunk in stream.content.iter_any()]
+    assert len(pieces) > 5 and b"".join(pieces).endswith(b"data: [DONE]\n\n")
+
+
+async def test_faults_of_other_paths_leave_chat_alone(start: Start) -> None:
+    fake = FakeUpstream(faults=[Fault(path="/v1/models", mode="html", status=502),
+                                Fault(path="/v1/embeddings", mode="reset", status=200)])
+    up = await start(fake)
+    assert (await up.post(CHAT, json=HELLO)).status == 200
+    models = await up.get("/v1/models")
+    assert (models.status, models.content_type) == (502, "text/html")
+    emb = await up.post("/v1/embeddings", json={"model": "e", "input": "x"})
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await emb.read()
+    assert (await up.get("/v1/models")).status == 200

@@ -91,7 +91,8 @@ async def _relay_answer(request: web.Request, state: ProxyState, job: Job,
         usage = UsageScanner()
         check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 check=check, tracked=state.upstream.streams)
+                                 check=check, tracked=state.upstream.streams,
+                                 secret=state.upstream.secret)
         await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
         return out
     out = await relay_whole(state.upstream, resp, extra, check=unusable_completion)

@@ -324,6 +324,9 @@ class FakeUpstream:
 
     async def _echo(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
+        _, early = await self._scripted(request, None)
+        if early is not None:
+            return early
         status = int(request.query.get("status", "200"))
         if request.query.get("stream"):
             resp = web.StreamResponse(status=status,

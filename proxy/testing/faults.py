@@ -4,6 +4,7 @@ the helpers that answer, shape or cut a response as a fault says."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ class Fault:
     that is not JSON after its first event. "huge": a chat answer of ``HUGE_CHARS`` characters.
     "reset", "truncated_json" and "drip" shape the normal answer when ``status`` is 200 and no
     ``body`` is given, else the error body; "" (no mode) answers ``body`` (JSON) as before.
+    "echo", "echo_drip", "echo_gzip", "echo_huge": an answer that echoes the request's key in a
+    header and in its JSON body (a chat completion for a 200 on chat), whole, written in pieces
+    of a few bytes, gzip-compressed, or padded past ``HUGE_CHARS``.
     """
 
     status: int = 500
@@ -53,6 +57,8 @@ async def misbehave(request: web.Request, fault: Fault) -> web.StreamResponse | 
         await asyncio.sleep(fault.delay_s)
     if fault.drop:
         return cut(request, web.Response())
+    if fault.mode.startswith("echo"):
+        return await echo(request, fault)
     if fault.mode in PAGES:
         content_type, text = PAGES[fault.mode]
         return web.Response(status=fault.status, text=text, content_type=content_type,
@@ -102,4 +108,34 @@ def cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
     """Close the connection (what was written still goes out first)."""
     assert request.transport is not None
     request.transport.close()
+    return resp
+
+
+async def echo(request: web.Request, fault: Fault) -> web.StreamResponse:
+    """An answer that gives the request's key away, shaped by ``fault.mode`` (see ``Fault``)."""
+    key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if fault.status >= 400:
+        payload: Any = {"error": {"message": f"invalid key {key}", "type": "auth_error",
+                                  "param": None, "code": None}}
+    elif request.path.endswith("/chat/completions"):
+        payload = {"id": "chatcmpl-echo", "object": "chat.completion", "model": "m",
+                   "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                       "role": "assistant", "content": f"you sent {key}"}}]}
+    else:
+        payload = {"object": "list", "data": [], "debug": {"authorization": key}}
+    if fault.mode == "echo_huge":
+        payload["padding"] = "x" * HUGE_CHARS
+        payload["again"] = key  # the key after more than a MiB
+    data = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json", "X-Debug-Authorization": f"Bearer {key}"}
+    if fault.mode == "echo_gzip":
+        data, headers["Content-Encoding"] = gzip.compress(data), "gzip"
+    resp = web.StreamResponse(status=fault.status, headers=headers)
+    if fault.mode != "echo_drip":
+        resp.content_length = len(data)
+    await resp.prepare(request)
+    step = 7 if fault.mode == "echo_drip" else len(data)  # a key split across many chunks
+    for i in range(0, len(data), step):
+        await resp.write(data[i:i + step])
+    await resp.write_eof()
     return resp

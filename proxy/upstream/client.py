@@ -47,16 +47,17 @@ def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
     return out
 
 
-def response_headers(upstream: CIMultiDictProxy[str], drop: Iterable[str] = ()
-                     ) -> CIMultiDict[str]:
-    """Headers to relay to the client: the upstream's, minus hop-by-hop ones and any echo of
-    a request credential."""
+def response_headers(upstream: CIMultiDictProxy[str], drop: Iterable[str] = (),
+                     secret: str | None = None) -> CIMultiDict[str]:
+    """Headers to relay to the client: the upstream's, minus hop-by-hop ones, any echo of a
+    request credential and any header whose value holds ``secret`` (the upstream key)."""
     skip = HOP_BY_HOP | _ECHOED_CREDENTIALS | {d.lower() for d in drop}
     connection_tokens = {t.strip().lower() for t in upstream.get("Connection", "").split(",")}
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
         low = name.lower()
-        if low not in skip and low not in connection_tokens:
+        if low not in skip and low not in connection_tokens and \
+                not (secret and secret in value):
             out.add(name, value)
     return out
 
@@ -116,11 +117,10 @@ class Upstream:
             raise ApiError(502, f"Could not reach the upstream model: {type(e).__name__}.",
                            code="upstream_unreachable") from None
 
-    def scrub(self, body: bytes) -> bytes:
-        """Remove the upstream key from a body relayed to a client (error bodies echo keys)."""
-        if self.api_key and self.api_key.encode() in body:
-            return body.replace(self.api_key.encode(), b"[redacted]")
-        return body
+    @property
+    def secret(self) -> bytes | None:
+        """The upstream key as bytes, for scrubbing what is relayed (``None``: no key)."""
+        return self.api_key.encode() if self.api_key else None
 
 
 # The key of the request being served: lets a passthrough deployment (no key of its own) ask

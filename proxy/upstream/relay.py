@@ -28,6 +28,7 @@ from multidict import CIMultiDict
 from proxy.errors import ApiError
 from proxy.upstream.answers import EventCheck, error_status, unusable_error
 from proxy.upstream.client import Upstream, response_headers
+from proxy.upstream.scrub import Scrubber, scrub_whole
 
 log = logging.getLogger("context_proxy.relay")
 
@@ -95,14 +96,16 @@ def answer_whole(upstream: Upstream, resp: aiohttp.ClientResponse, body: bytes,
     relayed scrubbed of the upstream key when its body is JSON, otherwise replaced by the
     OpenAI-shaped error ``unusable_error`` gives; ``check`` may refuse a 200 body (its error is
     answered instead). The upstream's other headers (``Retry-After``...) are kept either way."""
-    headers = response_headers(resp.headers)
+    headers = response_headers(resp.headers, secret=upstream.api_key)
     if extra_headers:
         headers.update(extra_headers)
     problem = _problem(resp, body, check)
     if problem is not None:
         return error_response(problem, headers)
-    if resp.status >= 400:
-        body = upstream.scrub(body)
+    if upstream.secret:
+        body, decoded = scrub_whole(body, upstream.secret, resp.headers.get("Content-Encoding", ""))
+        if decoded:  # looked into a compressed body to scrub it: it goes out decoded
+            headers.popall("Content-Encoding", None)
     return web.Response(status=resp.status, body=body, headers=headers)
 
 
@@ -133,12 +136,13 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
                        extra_headers: Mapping[str, str] | None = None,
                        preamble: bytes = b"",
                        check: EventCheck | None = None,
-                       tracked: set[aiohttp.ClientResponse] | None = None
-                       ) -> web.StreamResponse:
+                       tracked: set[aiohttp.ClientResponse] | None = None,
+                       secret: bytes | None = None) -> web.StreamResponse:
     """Relay the upstream body as it arrives, ``preamble`` first. With ``check`` (an SSE answer)
     only complete lines are written and the relay stops at the first bad data line; that, or a
-    break mid-stream, ends the stream as the module doc says."""
-    headers = response_headers(resp.headers)
+    break mid-stream, ends the stream as the module doc says. ``secret`` (the upstream key)
+    never reaches the client, not even split across chunks."""
+    headers = response_headers(resp.headers, secret=secret.decode() if secret else None)
     if extra_headers:
         headers.update(extra_headers)
     out = web.StreamResponse(status=resp.status, headers=headers)
@@ -147,32 +151,36 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
         await out.write(preamble)
     if tracked is not None:  # ``Upstream.end_streams`` can end it when the server stops
         tracked.add(resp)
+    scrubber = Scrubber(secret) if secret else None
     try:
-        outcome = await _pump(request, out, resp, check)
+        outcome = await _pump(request, out, resp, check, scrubber)
     finally:
         if tracked is not None:
             tracked.discard(resp)
     if outcome == "end":
         # Quietly: an SDK may hang up as soon as it read [DONE], before the end of the body.
-        await _write_quietly(out, b"")
+        await _write_quietly(out, scrubber.flush() if scrubber is not None else b"")
     elif outcome == "broken":
         await _end_broken(request, out, resp, check)
     return out
 
 
 async def _pump(request: web.Request, out: web.StreamResponse, resp: aiohttp.ClientResponse,
-                check: EventCheck | None) -> Literal["end", "broken", "gone"]:
+                check: EventCheck | None, scrubber: Scrubber | None
+                ) -> Literal["end", "broken", "gone"]:
     """Write the upstream's chunks (``check``ed) as they come, until its end, a break (of the
     upstream, or a bad data line) or the client leaving."""
     while chunk := await _next_chunk(request, resp):
-        if not await _write(out, resp, check.feed(chunk) if check is not None else chunk):
+        data = check.feed(chunk) if check is not None else chunk
+        if not await _write(out, resp, scrubber.feed(data) if scrubber is not None else data):
             return "gone"
         if check is not None and check.bad:
             log.warning("upstream stream sent a data line that is not JSON on %s", request.path)
             return "broken"
     if chunk is None:
         return "broken"
-    if check is not None and not await _write(out, resp, check.flush()):
+    rest = check.flush() if check is not None else b""
+    if rest and not await _write(out, resp, scrubber.feed(rest) if scrubber is not None else rest):
         return "gone"
     return "broken" if check is not None and check.bad else "end"
 
@@ -237,4 +245,4 @@ async def relay(request: web.Request, upstream: Upstream, resp: aiohttp.ClientRe
     small = length is not None and length.isdigit() and int(length) <= SMALL_BODY
     if request.method == "HEAD" or resp.status >= 400 or (small and not is_event_stream(resp)):
         return await relay_whole(upstream, resp, cap=SMALL_BODY)
-    return await relay_stream(request, resp, tracked=upstream.streams)
+    return await relay_stream(request, resp, tracked=upstream.streams, secret=upstream.secret)

@@ -1,0 +1,72 @@
+"""Keeping the upstream key out of what reaches a client: bodies whole or streamed, and headers.
+
+Upstreams (and the gateways in front of them) echo credentials in error pages, debug headers
+and the like. Every answer the proxy relays passes here first when it holds an upstream key.
+A streamed body is scrubbed as it goes: each chunk is written at once except, at its very end, a
+piece that could be the start of the key (so a key split across two chunks is still caught),
+which waits for the next chunk. A compressed whole body is looked into too.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+REDACTED = b"[redacted]"
+MAX_DECODED = 8 << 20  # a compressed body is looked into up to this many bytes
+
+
+class Scrubber:
+    """Removes ``secret`` from a body fed chunk by chunk; ``flush`` at the end."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk
+        if self.secret in data:
+            data = data.replace(self.secret, REDACTED)
+        cut = _partial_at(data, self.secret)
+        self._held = data[cut:]
+        return data[:cut]
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return held
+
+
+def _partial_at(data: bytes, secret: bytes) -> int:
+    """Where the longest end of ``data`` that is a beginning of ``secret`` starts (``len``
+    of data when there is none)."""
+    first = secret[:1]
+    i = data.find(first, max(0, len(data) - len(secret) + 1))
+    while i != -1:
+        if secret.startswith(data[i:]):
+            return i
+        i = data.find(first, i + 1)
+    return len(data)
+
+
+def scrub_whole(body: bytes, secret: bytes, encoding: str) -> tuple[bytes, bool]:
+    """``body`` without ``secret``; ``(body, decoded)`` where ``decoded`` says the body had to
+    be decompressed to be scrubbed (then it is sent decoded, without its Content-Encoding)."""
+    if secret in body:
+        return body.replace(secret, REDACTED), False
+    coding = encoding.strip().lower()
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        return body, False
+    try:
+        wbits = 47 if coding != "deflate" else 15  # 47: gzip or zlib header, detected
+        decoder = zlib.decompressobj(wbits)
+        plain = decoder.decompress(body, MAX_DECODED)
+    except zlib.error:
+        return body, False
+    if secret not in plain:
+        return body, False
+    return plain.replace(secret, REDACTED), True
+
+
+def secret_free(values: Iterable[tuple[str, str]], secret: str) -> list[tuple[str, str]]:
+    """Header pairs whose value does not hold ``secret``."""
+    return [(k, v) for k, v in values if secret not in v]

@@ -133,24 +133,32 @@ class EventCheck:
     def _check(self, data: bytes, end: int) -> int:
         """Check the lines of ``data[:end]``; the offset where the good ones end."""
         start = 0
+        good = self._good
         while start < end:
             stop = data.index(b"\n", start) + 1
             if self._unchecked:
                 self._unchecked = False  # the rest of a line let through unchecked
-            elif not self._good(data[start:stop - 1]):
+            elif not good(data[start:stop - 1]):
                 self.bad = True
                 return start
             start = stop
         return end
 
     def _good(self, line: bytes) -> bool:
-        line = line.removesuffix(b"\r")
-        if any(is_bad_data_line(part) for part in line.split(b"\r")):
-            return False
+        if line[-1:] == b"\r":
+            line = line[:-1]
         if not line:
             self.open_event = False
-        elif line.startswith(b"data:"):
+            return True
+        if line[:5] == b"data:":
+            if b"\r" in line and any(is_bad_data_line(p) for p in line.split(b"\r")):
+                return False
+            value = line[5:].strip()
+            if value[:6] != b"[DONE]" and not is_json(value):
+                return False
             self.open_event = True
+        elif b"\r" in line and any(is_bad_data_line(p) for p in line.split(b"\r")):
+            return False
         if self._on_line is not None:
             self._on_line(line)
         return True

@@ -27,6 +27,9 @@ class Scrubber:
         data = self._held + chunk
         if self.secret in data:
             data = data.replace(self.secret, REDACTED)
+        if data[-1:] not in self.secret:  # (an SSE line break, say) nothing to hold back
+            self._held = b""
+            return data
         cut = _partial_at(data, self.secret)
         self._held = data[cut:]
         return data[:cut]

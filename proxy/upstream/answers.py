@@ -109,7 +109,7 @@ class EventCheck:
     def feed(self, chunk: bytes) -> bytes:
         if self.bad:
             return b""
-        data = self._partial + chunk
+        data = self._partial + chunk if self._partial else chunk
         end = data.rfind(b"\n") + 1
         good = self._check(data, end)
         if self.bad:

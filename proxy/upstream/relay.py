@@ -172,7 +172,9 @@ async def _pump(request: web.Request, out: web.StreamResponse, resp: aiohttp.Cli
     upstream, or a bad data line) or the client leaving."""
     while chunk := await _next_chunk(request, resp):
         data = check.feed(chunk) if check is not None else chunk
-        if not await _write(out, resp, scrubber.feed(data) if scrubber is not None else data):
+        if scrubber is not None:
+            data = scrubber.feed(data)
+        if data and not await _write(out, resp, data):
             return "gone"
         if check is not None and check.bad:
             log.warning("upstream stream sent a data line that is not JSON on %s", request.path)

@@ -7,8 +7,9 @@ role/content/tool fields); every other field is the upstream's business and pass
 Every refusal is a 400 ``ApiError`` naming the field (413 for a body over the limit).
 
 JSON is parsed with orjson: several times faster than the standard library on large bodies,
-and strict (invalid UTF-8, lone surrogates, NaN, integers beyond 64 bits and nesting deeper than
-1,024 levels are refused as bad JSON instead of reaching the proxy's code).
+and strict (invalid UTF-8, lone surrogates, NaN, numbers too large for a float and nesting
+deeper than 1,024 levels are refused as bad JSON instead of reaching the proxy's code; an
+integer beyond 64 bits is read as a float, while the upstream still gets the client's bytes).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ SDKs in particular) can parse it, and so no traceback ever reaches a client.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -24,6 +25,9 @@ _TYPES = {
     503: "server_error",
     504: "upstream_error",
 }
+
+
+RETRYABLE = frozenset({408, 429})  # the 4xx a client may rightly ask again for
 
 
 class ApiError(Exception):
@@ -55,12 +59,18 @@ class ApiError(Exception):
             }
         }
 
-    def response(self, headers: dict[str, str] | None = None) -> web.Response:
+    def response(self, headers: Mapping[str, str] | None = None) -> web.Response:
+        """The error as an answer. A refusal that asking again cannot change (a 4xx other than
+        408 and 429) says ``x-should-retry: false``, which the OpenAI SDKs honour: without it
+        they retry a 409 twice, for the same answer."""
+        out = dict(headers or {})
+        if 400 <= self.status < 500 and self.status not in RETRYABLE:
+            out.setdefault("x-should-retry", "false")
         return web.Response(
             status=self.status,
             body=json.dumps(self.body()).encode(),
             content_type="application/json",
-            headers=headers,
+            headers=out,
         )
 
 

@@ -114,6 +114,16 @@ def cmd_dividers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -122,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int)
     s.set_defaults(fn=cmd_serve)
     d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
-    d.add_argument("--turns", type=int, default=60)
+    d.add_argument("--turns", type=_positive, default=60)
     d.set_defaults(fn=cmd_demo)
     from proxy.rerank.audit import add_arguments as add_recall_audit_arguments
 

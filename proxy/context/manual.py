@@ -26,14 +26,27 @@ def require_assistant_turn(messages: Sequence[Mapping[str, Any]]) -> None:
                        code="nothing_to_compact")
 
 
+IGNORED = "X-Context-Compact-Ignored"
+
+
 def requested(header: str | None, enabled: bool, messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether a chat request asks for a manual compaction (``X-Context-Compact: now``); a
-    request that asks on a deployment without it, or below the floor, is refused."""
+    """Whether a chat request asks for a manual compaction (``X-Context-Compact: now``). On a
+    deployment without manual compaction the hint is ignored (see ``ignored``); below the floor
+    the request is refused (409), and a value other than ``now`` is a 400."""
     value = (header or "").strip().lower()
     if not value:
         return False
     if value != "now":
         raise bad_request(f"'{HEADER}' accepts only 'now'.", param=HEADER)
-    require_enabled(enabled)
+    if not enabled:
+        return False
     require_assistant_turn(messages)
     return True
+
+
+def ignored(header: str | None, enabled: bool) -> dict[str, str]:
+    """The header that tells a client its compaction hint was ignored (the deployment has no
+    manual compaction), or none."""
+    if enabled or (header or "").strip().lower() != "now":
+        return {}
+    return {IGNORED: "manual compaction is disabled on this deployment"}

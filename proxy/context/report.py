@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.context.records import CompactionRecord
@@ -33,6 +34,7 @@ class ContextReport:
     prefix_kept: int = 0
     divider: CompactionRecord | None = None
     retried: str | None = None
+    notes: Mapping[str, str] = field(default_factory=dict)  # further headers, as they are
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,
@@ -46,6 +48,7 @@ class ContextReport:
             h["X-Context-Divider-Id"] = self.divider.id
         if self.retried:
             h["X-Context-Retried"] = self.retried
+        h.update(self.notes)
         return h
 
     def sse_comment(self) -> bytes:

@@ -8,6 +8,7 @@ the request is sent once more (the reactive safety net; never twice).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -49,6 +50,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),
                                       manual=forced)
     report = await state.context.manage(job)
+    hint = manual.ignored(request.headers.get(manual.HEADER), state.settings.manual_compaction)
+    if hint:
+        report = replace(report, notes=hint)
     state.metrics.overhead_chat.observe(time.perf_counter() - start)
     return await _forward(request, state, job, report)
 
@@ -102,5 +106,12 @@ async def _relay_answer(request: web.Request, state: ProxyState, job: Job,
     return out
 
 
+async def not_allowed(request: web.Request) -> web.StreamResponse:
+    """Any other method on the chat path: the proxy's own 405, not the catch-all relay."""
+    raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/chat/completions", chat_completions, name="chat")
+    resource = app.router.add_resource("/v1/chat/completions", name="chat")
+    resource.add_route("POST", chat_completions)
+    resource.add_route("*", not_allowed)

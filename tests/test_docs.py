@@ -13,8 +13,9 @@ from proxy.policy.model import FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = re.compile(r"X-[A-Za-z-]+", re.IGNORECASE)
-# Headers the proxy sets on its requests to the upstream (summary calls), never on a response.
-UPSTREAM_ONLY = {"X-Context-Proxy-Org"}
+# Headers the proxy sets on its requests to the upstream, never on a response (none today: the
+# summary call sends no organization name to the provider).
+UPSTREAM_ONLY: set[str] = set()
 # The built-in fake upstream and test harness stand in for other servers; their headers are not
 # the proxy's.
 NOT_THE_PROXY = ROOT / "proxy" / "testing"

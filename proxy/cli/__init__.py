@@ -84,9 +84,11 @@ def cmd_keys_bind(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    for rec in _store(args).list_keys():
-        print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
-                          "created_at": rec.created_at, "revoked": rec.revoked_at is not None}))
+    """Every key as one JSON document (never a secret or a hash)."""
+    keys = [{"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
+             "created_at": rec.created_at, "revoked": rec.revoked_at is not None}
+            for rec in _store(args).list_keys()]
+    print(json.dumps({"object": "list", "data": keys}, indent=2))
     return 0
 
 

@@ -48,8 +48,7 @@ SummarizerFactory = Callable[[Principal, str, float], Summarizer]
 def upstream_summarizers(upstream: Upstream) -> SummarizerFactory:
     """Summary calls to the upstream through the shared session, with the caller's key."""
     def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        return upstream_summarizer(upstream, principal.upstream_key, model, principal.org,
-                                   timeout_s)
+        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s)
 
     return make
 

@@ -51,7 +51,7 @@ class Summarizer(Protocol):
 CONCURRENCY = 4  # partial summaries requested at once
 
 
-def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str, org: str,
+def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str,
                         timeout_s: float) -> Summarizer:
     """A ``Summarizer`` calling ``model`` at the upstream with the caller's key. An error, a
     timeout, a tool call or an empty answer raises ``SummaryFailed``; an error text is never
@@ -60,13 +60,12 @@ def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str, org
     async def summarize(messages: Prompt, max_tokens: int,
                         tools: Sequence[Any] | None = None) -> Answer:
         payload: dict[str, Any] = {"model": model, "messages": messages,
-                                   "max_tokens": max_tokens, "temperature": 0, "user": org}
+                                   "max_tokens": max_tokens, "temperature": 0}
         if tools:
             payload |= {"tools": list(tools), "tool_choice": "none"}
         try:
             async with asyncio.timeout(timeout_s):
-                answer = await complete(upstream, api_key, payload,
-                                        {"X-Context-Proxy-Org": org})
+                answer = await complete(upstream, api_key, payload)
         except TimeoutError:
             raise SummaryFailed(f"summary call timed out after {timeout_s:g} s") from None
         except (CompletionFailed, ApiError) as e:

@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
+from proxy.errors import ApiError
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.answers import EventCheck, unusable_completion
@@ -62,7 +63,11 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     """Send upstream, retry once on a context-length refusal, relay, record the usage."""
     headers = request_headers(request.headers, job.principal.upstream_key, identity=True)
     sent = time.perf_counter()
-    resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report))
+    try:
+        resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report))
+    except ApiError as e:  # unreachable or too slow: still say what the proxy did
+        state.metrics.upstream_chat.observe(time.perf_counter() - sent)
+        return e.response(headers=report.headers())
     try:
         if not 200 <= resp.status < 300 and report.retried is None:
             error_body = await read_body(resp)
@@ -70,7 +75,11 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
                 return _relay_error(state, resp, error_body, report)
             resp.release()
             report = await state.context.retry_overflow(job, stated_window(error_body))
-            resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report))
+            try:
+                resp = await state.upstream.open("POST", PATH, headers,
+                                                 job.request.outgoing(report))
+            except ApiError as e:
+                return e.response(headers=report.headers())
         return await _relay_answer(request, state, job, resp, report)
     finally:
         resp.release()

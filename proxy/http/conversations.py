@@ -54,9 +54,8 @@ async def compact_now(request: web.Request) -> web.Response:
         raise bad_request("The conversation id must be 1–256 printable characters.")
     chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     manual.require_assistant_turn(chat.messages)
+    # The body holds the conversation: one the proxy has not seen yet can be compacted too.
     key = conversation_key(principal.namespace, public)
-    if not state.context.records.exists(key):
-        raise _NOT_FOUND
     job = await state.context.prepare(principal, chat, None, manual=True,
                                       conversation=(public, key))
     report = await state.context.manage(job)

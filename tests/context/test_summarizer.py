@@ -22,7 +22,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 async def summarize_with(fake: FakeUpstream, **kw: Any) -> tuple[Any, Answer]:
     upstream = Upstream(await fake.start(), None, 10)
     try:
-        call = upstream_summarizer(upstream, "sk-key", "gpt-4o", "acme", 5)
+        call = upstream_summarizer(upstream, "sk-key", "gpt-4o", 5)
         return fake, await call(PROMPT, 200, **kw)
     finally:
         await upstream.close()
@@ -65,7 +65,7 @@ async def test_a_slow_upstream_times_out() -> None:
     fake = FakeUpstream(faults=[Fault(delay_s=3, status=200)])
     upstream = Upstream(await fake.start(), None, 10)
     try:
-        call = upstream_summarizer(upstream, None, "gpt-4o", "acme", 0.2)
+        call = upstream_summarizer(upstream, None, "gpt-4o", 0.2)
         with pytest.raises(SummaryFailed, match="timed out"):
             await call(PROMPT, 100)
     finally:
@@ -79,7 +79,7 @@ async def test_the_cache_reports_reach_the_answer() -> None:
     fake.cache.step = 1
     upstream = Upstream(await fake.start(), None, 10)
     try:
-        call = upstream_summarizer(upstream, "k", "gpt-4o", "acme", 5)
+        call = upstream_summarizer(upstream, "k", "gpt-4o", 5)
         first, second = await call(PROMPT, 50), await call(PROMPT, 50)
         assert first.cached_tokens == 0 < second.cached_tokens <= second.prompt_tokens
     finally:

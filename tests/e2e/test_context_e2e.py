@@ -265,7 +265,7 @@ def test_compact_now_header(make_harness, sdk) -> None:
     assert raw.headers["X-Context-Divider-Id"].startswith("div_")
 
 
-def test_other_organizations_get_404(make_harness, sdk) -> None:
+def test_other_organizations_never_see_a_conversation(make_harness, sdk) -> None:
     h, _ = start(make_harness, settings={"manual_compaction": True})
     owner, other = h.create_key("acme"), h.create_key("globex")
     client = sdk(h, owner)
@@ -282,9 +282,15 @@ def test_other_organizations_get_404(make_harness, sdk) -> None:
     for path in ("/conversations/x/dividers", f"/conversations/x/spills/{spill_id}"):
         with pytest.raises(openai.NotFoundError):
             intruder.get(path, cast_to=object)
-    status, _ = post_json(h, other, "/conversations/x/compact",
-                          {"model": MODEL, "messages": messages})
-    assert status == 404
+    # Summarize now under the same id compacts the other organization's own conversation x
+    # (its body holds the messages); the owner's records stay as they were.
+    status, body = post_json(h, other, "/conversations/x/compact",
+                             {"model": MODEL, "messages": messages})
+    assert status == 200 and body["divider"]["kind"] == "manual"
+    owners = client.get("/conversations/x/dividers", cast_to=object)["data"]  # type: ignore[index]
+    assert [d["kind"] for d in owners] == ["auto"]
+    theirs = intruder.get("/conversations/x/dividers", cast_to=object)["data"]  # type: ignore[index]
+    assert [d["kind"] for d in theirs] == ["manual"]
 
 
 def test_stream_gets_headers_and_comment(make_harness, sdk) -> None:

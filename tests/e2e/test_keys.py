@@ -40,7 +40,7 @@ def test_database_holds_no_plaintext_key(tmp_path: Path) -> None:
         "select count(*) from keys where key_hash = ?", [hash_key(key)]).fetchone()[0] == 1
     listing = cli(db, "keys", "list")
     assert key not in listing.stdout and hash_key(key) not in listing.stdout
-    assert json.loads(listing.stdout.splitlines()[0])["id"] == created["id"]
+    assert json.loads(listing.stdout)["data"][0]["id"] == created["id"]  # one JSON document
 
 
 def test_revoked_key_is_refused_at_once_even_from_another_process(harness: Harness, sdk) -> None:

@@ -59,3 +59,44 @@ def test_demo_refuses_zero_turns_in_one_line() -> None:
                          env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": ""})
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--turns: expected a whole number of at least 1" in out.stderr
+
+
+def test_the_proxys_own_upstream_errors_carry_the_context_headers(make_harness: Any) -> None:
+    from proxy.testing.fake_upstream import FakeUpstream, Fault
+
+    h = make_harness(fake=FakeUpstream(faults=[Fault(drop=True)]))
+    with openai.OpenAI(base_url=h.base_url, api_key=h.create_key(), max_retries=0) as c, \
+            pytest.raises(openai.APIStatusError) as err:
+        c.chat.completions.create(model="gpt-4o", messages=MSG)
+    assert err.value.status_code == 502
+    headers = err.value.response.headers
+    assert headers["X-Context-Compaction"] == "none" and "X-Context-Tokens-Before" in headers
+    assert headers["X-Conversation-Id"].startswith("fp-")
+
+
+def test_keys_list_is_one_json_document(harness: Harness) -> None:
+    import json
+    import os
+
+    assert harness.settings is not None
+    env = {**os.environ, "CONTEXT_PROXY_DB": str(harness.settings.db_path)}
+    out = subprocess.run([sys.executable, "-m", "proxy.cli", "keys", "list"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["object"] == "list"
+
+
+def test_summarize_now_works_on_a_conversation_not_seen_yet(make_harness: Any) -> None:
+    import json
+
+    from proxy.testing import agent
+
+    h = make_harness(manual_compaction=True)
+    messages = agent.conversation(agent.AgentSpec(seed=2, output_tokens=(3000, 4000)), 6)
+    req = urllib.request.Request(
+        f"{h.base_url}/conversations/brand-new/compact", method="POST",
+        data=json.dumps({"model": "gpt-4o", "messages": messages}).encode(),
+        headers={"Authorization": f"Bearer {h.create_key()}",
+                 "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as resp:
+        body = json.loads(resp.read())
+    assert body["divider"]["kind"] == "manual" and body["conversation_id"] == "brand-new"

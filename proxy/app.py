@@ -19,7 +19,7 @@ from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, chat, conversations, ops, relay, rerank
-from proxy.http.middleware import error_middleware, quiet_parser_errors
+from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
 from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
@@ -117,6 +117,7 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_resources)
     app.cleanup_ctx.append(policy_context)  # after _resources: it needs the store
     app.on_shutdown.append(_end_streams_in_time)
+    app.on_response_prepare.append(stamp_request_id)
     ops.add_routes(app)
     chat.add_routes(app)
     conversations.add_routes(app)

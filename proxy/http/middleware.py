@@ -4,6 +4,7 @@ counted in the request metrics by its route template (never its path)."""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,17 @@ def route_label(request: web.Request) -> str:
         return "unmatched"
     name = info.route.name
     return name or info.route.resource.canonical if info.route.resource else "unmatched"
+
+
+REQUEST_ID = "X-Request-Id"
+
+
+async def stamp_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every answer carries an ``X-Request-Id``: the client's own (up to
+    128 printable ASCII characters) or a new one, so a client and an operator can name it."""
+    given = request.headers.get(REQUEST_ID, "")
+    ok = 0 < len(given) <= 128 and given.isascii() and given.isprintable()
+    response.headers[REQUEST_ID] = given if ok else secrets.token_hex(8)
 
 
 class QuietParserErrors(logging.Filter):

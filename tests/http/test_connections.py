@@ -69,3 +69,21 @@ def test_credential_headers_the_upstream_echoes_are_not_relayed() -> None:
         "X-Request-Id": "r1"}))
     assert dict(response_headers(upstream)) == {"Content-Type": "application/json",
                                                 "X-Request-Id": "r1"}
+
+
+def test_every_answer_carries_a_request_id(harness: Harness, client: Any) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"X-Request-Id": "trace-4711"})
+    assert raw.headers["X-Request-Id"] == "trace-4711"
+    own = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    generated = own.headers["X-Request-Id"]
+    assert len(generated) == 16 and int(generated, 16) >= 0
+    with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
+            extra_headers={"X-Request-Id": "x" * 129}) as streamed:  # too long: a new one
+        assert len(streamed.headers["X-Request-Id"]) == 16
+        list(streamed.iter_lines())
+    answer = send_raw(harness, b"GET /nowhere HTTP/1.1\r\nHost: x\r\nX-Request-Id: r-1\r\n\r\n")
+    assert b"X-Request-Id: r-1" in answer and answer.startswith(b"HTTP/1.1 404")

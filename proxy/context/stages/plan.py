@@ -168,7 +168,7 @@ def previous_point(messages: Sequence[Mapping[str, Any]]) -> int:
 
 def kept_tokens(scope: Scope, message_tokens: Sequence[int], n: int) -> int:
     """Tokens of a prompt's start: the tools schemas (rendered first), then ``n`` messages."""
-    return scope.counter.tools_tokens(scope.tools, scope.model) + sum(message_tokens[:n])
+    return scope.tools_tokens + sum(message_tokens[:n])
 
 
 def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: bool) -> Action:

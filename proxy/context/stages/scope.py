@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
+from proxy.context.token_formula import REPLY_PRIMING
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import Policy
 
@@ -26,9 +28,14 @@ class Scope:
         """The window compaction works against: the known window, else the fallback."""
         return self.window or self.policy.fallback_window
 
+    @cached_property
+    def tools_tokens(self) -> int:
+        """Tokens of the request's tools schemas (counted once per scope)."""
+        return self.counter.tools_tokens(self.tools, self.model)
+
     def overhead(self) -> int:
         """Tokens a request costs beyond its messages: reply priming plus the tools schemas."""
-        return self.counter.overhead(self.model, self.tools)
+        return REPLY_PRIMING + self.tools_tokens
 
     def count(self, messages: Sequence[Any]) -> int:
         """Prompt tokens of ``messages`` sent with this scope's tools."""

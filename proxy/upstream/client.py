@@ -7,7 +7,6 @@ Faults become ``ApiError``: a refused or broken connection is 502, no first byte
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -107,9 +106,10 @@ class Upstream:
         """Send a request and return once the response headers arrived (caller releases it)."""
         url = self.url(path) + (f"?{query}" if query else "")
         try:
-            async with asyncio.timeout(self.first_byte_timeout_s):
-                return await self.session.request(method, url, headers=headers, data=data,
-                                                  allow_redirects=False)
+            # The session's sock_read timeout bounds the wait for the response headers (and
+            # every later read): no timer of its own per request.
+            return await self.session.request(method, url, headers=headers, data=data,
+                                              allow_redirects=False)
         except TimeoutError:
             raise ApiError(504, "The upstream model did not answer in time.",
                            code="upstream_timeout") from None

@@ -38,7 +38,7 @@ class Compacted:
     """A made summary and the list rewritten around it. ``status`` is ``insufficient`` when the
     rewritten list is still over the trigger (the no-loop rule then waits), and ``gain`` is
     false when the rewrite did not shrink the list at all (then it is not used). ``answers``
-    holds each summary call's usage; ``on_prefix``: the summary rode the cached prefix."""
+    holds each summary call's usage."""
 
     status: Literal["compacted", "insufficient"]
     messages: list[dict[str, Any]]
@@ -46,7 +46,6 @@ class Compacted:
     summary: str
     answers: tuple[Answer, ...]
     gain: bool
-    on_prefix: bool = False
 
     @property
     def calls(self) -> int:
@@ -92,7 +91,7 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
     status: Literal["compacted", "insufficient"] = \
         "insufficient" if after > cplan.trigger_tokens else "compacted"
     return Compacted(status, rewritten, after, text, tuple(answers),
-                     gain=after < cplan.tokens_before, on_prefix=prompt is not None)
+                     gain=after < cplan.tokens_before)
 
 
 async def _on_prefix(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],

@@ -10,7 +10,6 @@ which waits for the next chunk. A compressed whole body is looked into too.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
 
 REDACTED = b"[redacted]"
 MAX_DECODED = 8 << 20  # a compressed body is looked into up to this many bytes
@@ -69,7 +68,3 @@ def scrub_whole(body: bytes, secret: bytes, encoding: str) -> tuple[bytes, bool]
         return body, False
     return plain.replace(secret, REDACTED), True
 
-
-def secret_free(values: Iterable[tuple[str, str]], secret: str) -> list[tuple[str, str]]:
-    """Header pairs whose value does not hold ``secret``."""
-    return [(k, v) for k, v in values if secret not in v]

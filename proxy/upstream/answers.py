@@ -150,15 +150,13 @@ class EventCheck:
         if not line:
             self.open_event = False
             return True
+        # A lone CR also ends a line in SSE: each part must be good on its own.
+        if b"\r" in line and any(is_bad_data_line(p) for p in line.split(b"\r")):
+            return False
         if line[:5] == b"data:":
-            if b"\r" in line and any(is_bad_data_line(p) for p in line.split(b"\r")):
-                return False
-            value = line[5:].strip()
-            if value[:6] != b"[DONE]" and not is_json(value):
+            if is_bad_data_line(line):
                 return False
             self.open_event = True
-        elif b"\r" in line and any(is_bad_data_line(p) for p in line.split(b"\r")):
-            return False
         if self._on_line is not None:
             self._on_line(line)
         return True

@@ -316,6 +316,19 @@ def test_event_check_judges_the_last_line_without_a_break() -> None:
     assert check.feed(b"data: <html>") == b"" and check.flush() == b"" and check.bad
 
 
+@pytest.mark.parametrize("line", [
+    b"event: x\rdata: <html>\n", b": note\rdata: {\n", b'data: {"a": 1}\rdata: nope\n',
+])
+def test_event_check_judges_each_part_a_lone_cr_ends(line: bytes) -> None:
+    check = EventCheck()
+    assert check.feed(b'data: {"a": 1}\n\n' + line) == b'data: {"a": 1}\n\n' and check.bad
+
+
+def test_event_check_lets_good_parts_split_by_a_lone_cr_through() -> None:
+    check = EventCheck()
+    assert check.feed(b"event: x\r: note\n") == b"event: x\r: note\n" and not check.bad
+
+
 @pytest.mark.parametrize("line, bad", [
     (b'data: {"a": 1}', False), (b"data:[DONE]", False), (b"data: [DONE]", False),
     (b"event: anything", False), (b": comment", False), (b"", False), (b"<html>", False),

@@ -27,7 +27,6 @@ from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
 from proxy.store import Store
-from proxy.upstream import lazy
 from proxy.upstream.client import Upstream, fetch_models
 
 log = logging.getLogger("context_proxy")
@@ -57,7 +56,6 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await context.records.flush_usage()
     except Exception:
         log.exception("writing the last usage figures failed")
-    await lazy.shutdown()
     await upstream.close()
     store.close()
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,31 @@ def _env_number(name: str, env: Mapping[str, str], default: float) -> float:
     return value
 
 
+LOG_FORMATS = ("text", "json")
+
+
+def check_port(value: object, name: str) -> int:
+    """``value`` as a TCP port (0 lets the OS pick), or ``ConfigError`` naming ``name``."""
+    text = str(value).strip()
+    if not text.isdigit() or not 0 <= int(text) < 65536:
+        raise ConfigError(f"{name}: expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def check_host(value: str, name: str) -> str:
+    """``value`` as a host to listen on: an IP address or a host name. Something shaped like an
+    IPv4 address that is not one (``999.1.1.1``) is refused here, before a slow name lookup."""
+    host = value.strip()
+    if not host:
+        raise ConfigError(f"{name}: expected an IP address or host name, got an empty value")
+    if all(part.isdigit() for part in host.split(".")) or ":" in host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(f"{name}: not an IP address: {host!r}") from None
+    return host
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the server needs to start, resolved from YAML and environment."""
@@ -54,6 +80,7 @@ class Settings:
     upstream_timeout_s: float = 600.0
     max_body_bytes: int = 32 * 1024 * 1024
     shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
+    log_format: str = "text"
     platform: PlatformConfig = field(default_factory=PlatformConfig)
 
 
@@ -61,21 +88,28 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     """Resolve settings: platform YAML first, environment variables over it, then ``overrides``."""
     env = os.environ if env is None else env
     folder_raw = env.get("CONTEXT_PROXY_POLICIES")
-    folder = Path(folder_raw) if folder_raw else (Path("policies") if Path("policies").is_dir()
-                                                  else None)
+    if folder_raw:
+        folder: Path | None = Path(folder_raw)
+        if not Path(folder_raw).is_dir():
+            # A typo here would silently drop every lock and bound of the platform's policy.
+            raise ConfigError(f"environment: CONTEXT_PROXY_POLICIES: not a folder: {folder_raw!r}")
+    else:
+        folder = Path("policies") if Path("policies").is_dir() else None
     platform = overrides.pop("platform", None) or load_policies(folder)
     mode = env.get("CONTEXT_PROXY_AUTH_MODE") or platform.auth_mode
     if mode not in AUTH_MODES:
         raise ConfigError(f"environment: CONTEXT_PROXY_AUTH_MODE: expected one of {AUTH_MODES}")
-    port_raw = env.get("CONTEXT_PROXY_PORT", "8080")
-    if not port_raw.isdigit() or not 0 <= int(port_raw) < 65536:
-        raise ConfigError(f"environment: CONTEXT_PROXY_PORT: expected a port, got {port_raw!r}")
+    log_format = env.get("CONTEXT_PROXY_LOG_FORMAT", "text").strip().lower() or "text"
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"environment: CONTEXT_PROXY_LOG_FORMAT: expected text or json, "
+                          f"got {log_format!r}")
     url = (env.get("CONTEXT_PROXY_UPSTREAM_URL") or platform.upstream_url).rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"environment: CONTEXT_PROXY_UPSTREAM_URL: not an http(s) URL: {url!r}")
     values: dict[str, Any] = dict(
-        host=env.get("CONTEXT_PROXY_HOST", "127.0.0.1"),
-        port=int(port_raw),
+        host=check_host(env.get("CONTEXT_PROXY_HOST", "127.0.0.1"),
+                        "environment: CONTEXT_PROXY_HOST"),
+        port=check_port(env.get("CONTEXT_PROXY_PORT", "8080"), "environment: CONTEXT_PROXY_PORT"),
         upstream_url=url,
         upstream_api_key=env.get("CONTEXT_PROXY_UPSTREAM_API_KEY")
         or env.get(platform.api_key_env) or None,
@@ -88,6 +122,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         max_body_bytes=int(_env_number("CONTEXT_PROXY_MAX_BODY_BYTES", env, 32 * 1024 * 1024)),
         shutdown_grace_s=_env_number("CONTEXT_PROXY_SHUTDOWN_GRACE_S", env, 8.0),
         platform=platform,
+        log_format=log_format,
     )
     values.update(overrides)
     return Settings(**values)

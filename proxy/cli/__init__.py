@@ -8,48 +8,58 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from proxy.store import Store
+
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {}
-    if getattr(args, "host", None):
-        overrides["host"] = args.host
+    from proxy.settings import check_host, check_port
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "host", None) is not None:
+        overrides["host"] = check_host(args.host, "--host")
     if getattr(args, "port", None) is not None:
-        overrides["port"] = args.port
+        overrides["port"] = check_port(args.port, "--port")
     return load_settings(**overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Check every setting, bind the port, then build and run the application on it."""
+    from proxy.cli import startup
+
+    settings = _settings(args)
+    startup.configure_logging(settings.log_format)
+    startup.check_store(settings.db_path)
+    sock = startup.listen(settings.host, settings.port)
+    log = logging.getLogger("context_proxy")
+    if settings.auth_mode == "proxy_keys" and not settings.upstream_api_key:
+        log.warning("no upstream API key set (CONTEXT_PROXY_UPSTREAM_API_KEY or %s)",
+                    settings.platform.api_key_env)
     from aiohttp import web
 
     from proxy.app import create_app
+    from proxy.http.access import ACCESS_LOGGER, AccessLog
 
-    settings = _settings(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if settings.auth_mode == "proxy_keys" and not settings.upstream_api_key:
-        logging.getLogger("context_proxy").warning(
-            "no upstream API key set (CONTEXT_PROXY_UPSTREAM_API_KEY or %s)",
-            settings.platform.api_key_env)
-    from proxy.upstream import lazy
-
-    lazy.litellm()  # seconds of import now, rather than on the first summary call
-    # litellm leaves a few hundred thousand long-lived objects: move them out of the collector's
-    # reach, or every full collection pauses the server for a tenth of a second or more.
+    app = create_app(settings)
     gc.collect()
-    gc.freeze()
-    web.run_app(create_app(settings), host=settings.host, port=settings.port,
-                access_log=None, print=lambda s: print(s, file=sys.stderr),
-                shutdown_timeout=settings.shutdown_grace_s)
+    gc.freeze()  # what start-up made lives as long as the process: out of the collector's way
+    line = startup.startup_line(settings, sock)
+    # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
+    web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),
+                access_log_class=AccessLog, print=lambda _: log.info("%s", line),
+                shutdown_timeout=settings.shutdown_grace_s, handle_signals=True)
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from proxy.cli.demo import run_demo
 
-    return run_demo(turns=args.turns)
+    return run_demo(turns=args.turns, serve=args.serve, port=args.port)
 
 
 def cmd_recall_audit(args: argparse.Namespace) -> int:
@@ -58,10 +68,10 @@ def cmd_recall_audit(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
-def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from proxy.store import Store
+def _store(args: argparse.Namespace) -> Store:
+    from proxy.cli.startup import open_store
 
-    return Store(load_settings().db_path)
+    return open_store(load_settings().db_path)
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -135,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_serve)
     d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
     d.add_argument("--turns", type=_positive, default=60)
+    d.add_argument("--serve", action="store_true",
+                   help="then keep the proxy and its fake upstream running for your own client")
+    d.add_argument("--port", type=int, default=0,
+                   help="with --serve: the proxy's port (default: one the OS picks)")
     d.set_defaults(fn=cmd_demo)
     from proxy.rerank.audit import add_arguments as add_recall_audit_arguments
 

@@ -19,11 +19,13 @@ from typing import Any, TextIO
 
 import openai
 
+from proxy.context.stages.mask import PLACEHOLDER_PREFIX
+from proxy.context.stages.messages import is_summary, summary_body
 from proxy.context.tokens import TokenCounter
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
 from proxy.testing.cost import Call, cached_share, cost, passthrough
-from proxy.testing.fake_upstream import FakeUpstream, approx_tokens
+from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, default_responder
 from proxy.testing.harness import Harness
 
 MODEL = "demo-agent"
@@ -32,14 +34,20 @@ SESSION = agent.DEMO  # the shared generator's demo session: seed 7, a fact buri
 CONVERSATION = "demo-session"
 
 
+LEGEND = ("Legend: client/upstream = prompt tokens the client sent / the upstream received; "
+          "masked = tool outputs replaced by a placeholder; compaction = what the summary stage "
+          "did (auto: a new summary, reused: the stored one); divider = the compaction's record.")
+
+
 @dataclass
 class Script:
-    """What the fake upstream answers next; the demo sets it before each request."""
+    """What the fake upstream answers next; the demo sets it before each request (``None``: the
+    fake's own short answer, for a newcomer's client once the session is over)."""
 
-    next_message: dict[str, Any] = field(default_factory=dict)
+    next_message: dict[str, Any] | None = field(default_factory=dict)
 
     def respond(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.next_message
+        return self.next_message if self.next_message is not None else default_responder(body)
 
 
 def _row(out: TextIO, *cols: object) -> None:
@@ -58,62 +66,117 @@ def upstream_calls(fake: FakeUpstream) -> list[Call]:
     return out
 
 
-def run_demo(turns: int = 60, out: TextIO = sys.stdout) -> int:
-    """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code."""
-    counter = TokenCounter()
+def _clip(text: str, limit: int = 420) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def show_examples(out: TextIO, requests: list[dict[str, Any]],
+                  compacting: tuple[int, Any] | None) -> None:
+    """The first masked placeholder and the last summary the upstream received (``requests``:
+    the main chat requests, in order), and the headers of the first turn that compacted."""
+    sent = [m for body in requests for m in body["messages"]]
+    placeholder = next((m["content"] for m in sent if m.get("role") == "tool"
+                        and str(m.get("content", "")).startswith(PLACEHOLDER_PREFIX)), None)
+    summary = next((summary_body(m) for m in reversed(sent) if is_summary(m)), None)
+    out.write("\nA masked tool output, as the upstream received it:\n  "
+              f"{placeholder or '(none)'}\n")
+    out.write(f"\nThe summary the upstream received in place of the older turns:\n  "
+              f"{_clip(summary) if summary else '(none)'}\n")
+    if compacting is not None:
+        turn, headers = compacting
+        out.write(f"\nHeaders of the answer to turn {turn}, the first that compacted:\n")
+        for name in sorted(k for k in headers if k.lower().startswith(("x-context-",
+                                                                         "x-conversation"))):
+            out.write(f"  {name}: {headers[name]}\n")
+
+
+def run_demo(turns: int = 60, out: TextIO = sys.stdout, serve: bool = False,
+             port: int = 0) -> int:
+    """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code.
+    With ``serve``, keep the proxy and its fake upstream running afterwards (until Ctrl-C)."""
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
     with tempfile.TemporaryDirectory() as tmp, \
-            Harness(Path(tmp), fake=fake, platform=PlatformConfig()) as h, \
-            openai.OpenAI(base_url=h.base_url, api_key=h.create_key("demo-org"),
-                          max_retries=0) as client:  # the platform: the embedded defaults
-        messages = agent.opening_messages(SESSION)
-        out.write(f"context-proxy demo: {turns} agent turns, model window {WINDOW:,} tokens, "
-                  f"upstream {fake.base_url} (fake, offline)\n\n")
-        _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
-        sent_total = received_total = 0
-        prompts: list[int] = []  # what the client's own prompts would be, as the fake counts
-        started = time.monotonic()
-        for turn, (assistant, results) in enumerate(agent.turns(SESSION, turns), start=1):
-            last = turn == turns
-            script.next_message = ({"role": "assistant", "content": "All tests pass."} if last
-                                   else assistant)
-            raw = client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
-                extra_headers={"X-Conversation-Id": CONVERSATION})
-            raw.parse()
-            client_tokens = counter.count_messages(messages, MODEL, agent.TOOLS)
-            prompts.append(approx_tokens(messages, agent.TOOLS))
-            upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
-                                                     MODEL, agent.TOOLS)
-            sent_total += client_tokens
-            received_total += upstream_tokens
-            hd = raw.headers
-            _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
-                 hd.get("x-context-masked", "-"), hd.get("x-context-compaction", "-"),
-                 (hd.get("x-context-divider-id") or "-")[:10])
-            if not last:
-                messages += [assistant, *results]
-        saved = 1 - received_total / sent_total if sent_total else 0.0
-        calls = upstream_calls(fake)
-        ratio = cost(calls, 0.1) / max(1.0, cost(passthrough(prompts), 0.1))
-        final = json.dumps(fake.chat_requests()[-1]["messages"])
-        dividers = client.get(f"/conversations/{CONVERSATION}/dividers", cast_to=object)
-        out.write(f"\nTokens sent by the client, summed over the session:     {sent_total:>10,}\n"
-                  f"Tokens the upstream received, summed over the session:  {received_total:>10,}"
-                  f"  ({saved:.0%} saved)\n"
-                  f"Summary calls made: {len(fake.summary_requests())} for "
-                  f"{len(dividers['data'])} compactions (input larger than the summary "  # type: ignore[index]
-                  "model's window is summarized in pieces, then merged)\n"
-                  f"Served from the upstream's prompt cache: {cached_share(calls):.0%} of the "
-                  f"upstream prompt tokens; at a cached price of 0.1 of input the session "
-                  f"costs {ratio:.2f}x what the client's own pass-through would\n"
-                  f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
-                  f"upstream at the last turn: {'yes' if agent.DEMO_FACT in final else 'no'}\n"
-                  f"Elapsed: {time.monotonic() - started:.1f} s\n\n"
-                  f"Dividers (GET /v1/conversations/{CONVERSATION}/dividers):\n")
-        for d in dividers["data"]:  # type: ignore[index]
-            out.write(f"  {d['id']}  {d['kind']:<6}  {d['text']}  "
-                      f"(~{d['tokens_before']:,} → ~{d['tokens_after']:,} tokens, "
-                      f"{d['covered_messages']} messages covered)\n")
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig(), port=port) as h:
+        key = h.create_key("demo-org")  # the platform: the embedded defaults
+        with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as client:
+            played = _play(out, turns, client, fake, script)
+            _report(out, client, fake, played)
+        if serve:
+            script.next_message = None
+            fake.record = False
+            from proxy.cli.demo_serve import keep_serving
+
+            keep_serving(out, h.base_url, key)
     return 0
+
+
+@dataclass
+class Played:
+    """What the session sent and received, summed, for the report under the table."""
+
+    sent: int = 0
+    received: int = 0
+    prompts: list[int] = field(default_factory=list)  # the client's own prompts, as the fake counts
+    compacting: tuple[int, Any] | None = None  # the first compacting turn and its headers
+    started: float = field(default_factory=time.monotonic)
+
+
+def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
+          script: Script) -> Played:
+    counter, p = TokenCounter(), Played()
+    messages = agent.opening_messages(SESSION)
+    out.write(f"context-proxy demo: {turns} agent turns, model window {WINDOW:,} tokens, "
+              f"upstream {fake.base_url} (fake, offline)\n\n")
+    _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
+    for turn, (assistant, results) in enumerate(agent.turns(SESSION, turns), start=1):
+        last = turn == turns
+        script.next_message = ({"role": "assistant", "content": "All tests pass."} if last
+                               else assistant)
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
+            extra_headers={"X-Conversation-Id": CONVERSATION})
+        raw.parse()
+        client_tokens = counter.count_messages(messages, MODEL, agent.TOOLS)
+        p.prompts.append(approx_tokens(messages, agent.TOOLS))
+        upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
+                                                 MODEL, agent.TOOLS)
+        p.sent += client_tokens
+        p.received += upstream_tokens
+        hd = raw.headers
+        if p.compacting is None and hd.get("x-context-compaction") == "auto":
+            p.compacting = (turn, dict(hd))
+        _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
+             hd.get("x-context-masked", "-"), hd.get("x-context-compaction", "-"),
+             (hd.get("x-context-divider-id") or "-")[:10])
+        if not last:
+            messages += [assistant, *results]
+    out.write(f"\n{LEGEND}\n")
+    return p
+
+
+def _report(out: TextIO, client: openai.OpenAI, fake: FakeUpstream, p: Played) -> None:
+    saved = 1 - p.received / p.sent if p.sent else 0.0
+    calls = upstream_calls(fake)
+    ratio = cost(calls, 0.1) / max(1.0, cost(passthrough(p.prompts), 0.1))
+    final = json.dumps(fake.chat_requests()[-1]["messages"])
+    dividers = client.get(f"/conversations/{CONVERSATION}/dividers", cast_to=object)
+    out.write(f"\nTokens sent by the client, summed over the session:     {p.sent:>10,}\n"
+              f"Tokens the upstream received, summed over the session:  {p.received:>10,}"
+              f"  ({saved:.0%} saved)\n"
+              f"Summary calls made: {len(fake.summary_requests())} for "
+              f"{len(dividers['data'])} compactions (input larger than the summary "  # type: ignore[index]
+              "model's window is summarized in pieces, then merged)\n"
+              f"Served from the upstream's prompt cache: {cached_share(calls):.0%} of the "
+              f"upstream prompt tokens; at a cached price of 0.1 of input the session "
+              f"costs {ratio:.2f}x what the client's own pass-through would\n"
+              f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
+              f"upstream at the last turn: {'yes' if agent.DEMO_FACT in final else 'no'}\n"
+              f"Elapsed: {time.monotonic() - p.started:.1f} s\n\n"
+              f"Dividers (GET /v1/conversations/{CONVERSATION}/dividers):\n")
+    for d in dividers["data"]:  # type: ignore[index]
+        out.write(f"  {d['id']}  {d['kind']:<6}  {d['text']}  "
+                  f"(~{d['tokens_before']:,} → ~{d['tokens_after']:,} tokens, "
+                  f"{d['covered_messages']} messages covered)\n")
+    show_examples(out, fake.chat_requests(), p.compacting)

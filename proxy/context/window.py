@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy.policy.model import Policy
-from proxy.upstream import lazy
+from proxy.upstream.model_map import model_map
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +72,16 @@ def parse_models(payload: Any) -> dict[str, int]:
 
 
 def litellm_window(model: str) -> int | None:
-    """``max_input_tokens`` from litellm's bundled model map (blocking: importing takes seconds).
-
-    ``LITELLM_LOCAL_MODEL_COST_MAP`` is set first so litellm never fetches its map from the
-    network.
-    """
-    try:
-        info = lazy.litellm().get_model_info(model)
-    except Exception:  # unknown model or a litellm failure: the window is simply unknown
-        return None
-    return _positive_int(info.get("max_input_tokens"))
+    """``max_input_tokens`` from litellm's bundled model map, for ``model`` as given or without
+    its provider prefix (blocking the first time: the map is read from disk)."""
+    known = model_map()
+    for name in _candidates(model):
+        entry = known.get(name)
+        if isinstance(entry, Mapping):
+            found = _positive_int(entry.get("max_input_tokens"))
+            if found:
+                return found
+    return None
 
 
 class WindowResolver:
@@ -159,7 +159,5 @@ class WindowResolver:
         if self._litellm is None:
             return None
         if model not in self._litellm_cache:
-            if self._litellm is litellm_window and not lazy.loaded():
-                lazy.litellm()  # import on the loop's thread, once (see proxy.upstream.lazy)
             self._litellm_cache[model] = await asyncio.to_thread(self._litellm, model)
         return self._litellm_cache[model]

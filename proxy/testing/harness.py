@@ -27,8 +27,9 @@ class Harness:
     """``with Harness(tmp_path) as h:`` gives ``h.base_url`` (the proxy's /v1) and ``h.fake``."""
 
     def __init__(self, db_dir: Path, fake: FakeUpstream | None = None,
-                 env: dict[str, str] | None = None, **settings: Any) -> None:
+                 env: dict[str, str] | None = None, port: int = 0, **settings: Any) -> None:
         self.fake = fake or FakeUpstream()
+        self._port = port  # 0: the OS picks
         self._env = {"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-secret-0123456789",
                      "CONTEXT_PROXY_DB": str(db_dir / "proxy.db"), **(env or {})}
         self._settings_overrides = settings
@@ -49,7 +50,7 @@ class Harness:
         self.settings = replace(settings, port=0)
         self._runner = web.AppRunner(create_app(self.settings), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
         self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
 

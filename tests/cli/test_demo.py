@@ -4,11 +4,20 @@ turn (what the client sent, what the upstream received, what the proxy did)."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
 
 from proxy.cli import demo
 from proxy.context.tokens import TokenCounter
 from proxy.testing import agent
 
+ROOT = Path(__file__).resolve().parents[2]
 TURNS = 20  # the first compaction of the demo session comes at turn 20
 
 
@@ -37,3 +46,45 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
             "upstream at the last turn: yes") in text
     assert f"Dividers (GET /v1/conversations/{demo.CONVERSATION}/dividers):" in text
     assert "  div_" in text.split("Dividers (GET")[1]
+    assert "Legend: client/upstream = prompt tokens" in text
+    examples = text.split("A masked tool output, as the upstream received it:\n")[1]
+    placeholder, _, rest = examples.partition("\n")
+    assert placeholder.strip().startswith("[tool output cleared: ")
+    summary = rest.split("The summary the upstream received in place of the older turns:\n")[1]
+    assert agent.DEMO_FACT in summary.splitlines()[0]
+    turn = next(r for r in rows if r[5] == "auto")[0]
+    headers = text.split(f"Headers of the answer to turn {turn}, the first that compacted:\n")[1]
+    shown = dict(line.strip().split(": ", 1) for line in headers.splitlines() if line.strip())
+    assert shown["x-context-compaction"] == "auto"
+    divider = next(r for r in rows if r[5] == "auto")[6]
+    assert shown["x-context-divider-id"].startswith(divider)
+    assert shown["x-conversation-id"] == demo.CONVERSATION
+
+
+def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "demo", "--turns", "3",
+                             "--serve"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not any(line.lstrip().startswith("curl -s") for line in lines):
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        curl = next(line.strip() for line in lines if line.lstrip().startswith("curl -s"))
+        answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True,
+                                timeout=30, check=True)
+        body = json.loads(answer.stdout)
+        assert body["object"] == "chat.completion"
+        assert body["choices"][0]["message"]["role"] == "assistant"
+        base_url = next(line.split("base_url:")[1].strip() for line in lines
+                        if "base_url:" in line)
+        key = next(line.split("api key:")[1].strip() for line in lines if "api key:" in line)
+        with openai.OpenAI(base_url=base_url, api_key=key, max_retries=0) as client:
+            dividers = client.get("/conversations/demo-session/dividers", cast_to=object)
+        assert dividers["object"] == "list"  # type: ignore[index]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.rstrip().endswith("stopped")

@@ -97,8 +97,8 @@ def test_validate(tmp_path: Path) -> None:
 
 def test_cli_write_reaches_running_server(make_harness: Callable[..., Harness],
                                           tmp_path: Path) -> None:
-    h = make_harness(env={"CONTEXT_PROXY_POLICIES": str(tmp_path / "policies")})
     (tmp_path / "policies").mkdir(exist_ok=True)
+    h = make_harness(env={"CONTEXT_PROXY_POLICIES": str(tmp_path / "policies")})
     assert h.state.policies.resolve("acme").compaction.trigger_ratio == 0.8
     fields(cli(tmp_path, "set", "--org", "acme", f"{TRIGGER}=0.65"))
     deadline = time.monotonic() + 1.5

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
 from proxy.context.stages.scope import Scope
 from proxy.context.tokens import TokenCounter
-from proxy.context.window import WindowResolver, litellm_window, parse_models
+from proxy.context.window import WindowResolver, parse_models
 from proxy.policy.model import Policy
 
 POLICY = Policy(models={"my-llama": 32_768})
@@ -118,10 +120,14 @@ def test_parse_models_ignores_junk() -> None:
     assert parse_models(None) == {}
 
 
-def test_litellm_window_is_offline_and_real() -> None:
-    assert litellm_window("gpt-4o") == 128_000
-    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
-    assert litellm_window("surely-not-a-model-xyz") is None
+def test_litellm_window_reads_the_bundled_map_without_importing_litellm() -> None:
+    code = ("import sys; from proxy.context.window import litellm_window as w; "
+            "print(w('gpt-4o'), w('openai/gpt-4o'), w('surely-not-a-model-xyz'), "
+            "'litellm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={k: v for k, v in os.environ.items()
+                                          if k != "LITELLM_LOCAL_MODEL_COST_MAP"})
+    assert out.stdout.split() == ["128000", "128000", "None", "False"]
 
 
 def test_compaction_window_falls_back() -> None:

@@ -1,0 +1,107 @@
+"""What ``serve`` does before the application starts: every setting it depends on is checked
+here, before anything slow, so a bad one ends the process with one line naming it.
+
+The listening socket is bound here too: a port in use is found before the application is built,
+and aiohttp then serves on that very socket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from proxy.errors import ConfigError
+from proxy.settings import Settings
+from proxy.store import Store
+
+HOST_SETTING = "CONTEXT_PROXY_HOST / --host"
+PORT_SETTING = "CONTEXT_PROXY_PORT / --port"
+
+
+def open_store(path: Path) -> Store:
+    """The store at ``path``, migrated; ``ConfigError`` naming ``CONTEXT_PROXY_DB`` when it cannot
+    be opened or written."""
+    try:
+        return Store(path)
+    except (sqlite3.Error, OSError) as e:
+        raise ConfigError(f"CONTEXT_PROXY_DB: cannot open the store at {str(path)!r}: {e}"
+                          ) from None
+
+
+def check_store(path: Path) -> None:
+    open_store(path).close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening; ``ConfigError`` naming the setting at
+    fault (unknown host, address not on this machine, port in use or not allowed)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        raise ConfigError(f"{HOST_SETTING}: cannot resolve {host!r}: {e}") from None
+    family, _, _, _, address = infos[0]
+    try:
+        sock = socket.create_server(address, family=family, backlog=1024)
+    except OSError as e:
+        setting = PORT_SETTING if e.errno in (98, 13) else HOST_SETTING  # EADDRINUSE, EACCES
+        reason = "already in use" if e.errno == 98 else (e.strerror or str(e))
+        raise ConfigError(f"{setting}: cannot listen on {host}:{port}: {reason}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _public_url(url: str) -> str:
+    """``url`` without credentials or a query (neither belongs in a log)."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def startup_line(settings: Settings, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    policies = str(settings.policies_dir) if settings.policies_dir else "none (built-in defaults)"
+    return (f"context-proxy listening on http://{host}:{port}; upstream "
+            f"{_public_url(settings.upstream_url)}; policies {policies}; store sqlite "
+            f"{settings.db_path}; auth {settings.auth_mode}")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the access fields."""
+
+    FIELDS = ("method", "route", "path", "status", "duration_ms", "conversation", "outcome",
+              "request_id", "remote")
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        for name in self.FIELDS:
+            if name in record.__dict__:
+                doc[name] = record.__dict__[name]
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def configure_logging(log_format: str) -> None:
+    """Log to stderr, as text lines or JSON lines. litellm's own loggers stay at WARNING (it is
+    not imported by the proxy, but a deployment may load it)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for name in ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "litellm", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)

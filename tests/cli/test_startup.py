@@ -1,0 +1,183 @@
+"""``serve`` start-up: a bad setting ends the process with one line naming it; a good start logs
+one line naming the upstream, policies and store, then one access line per request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from proxy.testing.fake_upstream import FakeUpstream
+
+ROOT = Path(__file__).resolve().parents[2]
+HANG_GUARD_S = 30  # not a timing check: a start-up that hangs fails instead of blocking CI
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=HANG_GUARD_S,
+                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env})
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "policies").mkdir()
+    return {"CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"),
+            "CONTEXT_PROXY_POLICIES": str(tmp_path / "policies"),
+            "CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-startup-0001"}
+
+
+def one_line_naming(proc: subprocess.CompletedProcess[str], setting: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert setting in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def test_port_in_use(env: dict[str, str], busy_port: int) -> None:
+    one_line_naming(cli(["serve", "--port", str(busy_port)], env), "--port")
+    one_line_naming(cli(["serve"], {**env, "CONTEXT_PROXY_PORT": str(busy_port)}),
+                    "CONTEXT_PROXY_PORT")
+
+
+@pytest.mark.parametrize(("args", "extra", "setting"), [
+    (["--port", "70000"], {}, "--port"),
+    (["--port", "-1"], {}, "--port"),
+    ([], {"CONTEXT_PROXY_PORT": "70000"}, "CONTEXT_PROXY_PORT"),
+    (["--host", "999.1.1.1"], {}, "--host"),
+    ([], {"CONTEXT_PROXY_HOST": "999.1.1.1"}, "CONTEXT_PROXY_HOST"),
+    ([], {"CONTEXT_PROXY_LOG_FORMAT": "xml"}, "CONTEXT_PROXY_LOG_FORMAT"),
+])
+def test_bad_listen_settings(env: dict[str, str], args: list[str], extra: dict[str, str],
+                             setting: str) -> None:
+    one_line_naming(cli(["serve", *args], {**env, **extra}), setting)
+
+
+def test_host_not_on_this_machine(env: dict[str, str]) -> None:
+    # A well-formed address no interface has: the bind fails, naming the host setting.
+    one_line_naming(cli(["serve", "--host", "192.0.2.1", "--port", "0"], env), "--host")
+
+
+def test_missing_policies_folder(env: dict[str, str], tmp_path: Path) -> None:
+    proc = cli(["serve"], {**env, "CONTEXT_PROXY_POLICIES": str(tmp_path / "no-such-dir")})
+    one_line_naming(proc, "CONTEXT_PROXY_POLICIES")
+
+
+def test_broken_yaml(env: dict[str, str]) -> None:
+    Path(env["CONTEXT_PROXY_POLICIES"], "platform.yaml").write_text("compaction: [unclosed\n")
+    one_line_naming(cli(["serve"], env), "platform.yaml")
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["keys", "create", "--org", "a"],
+                                     ["keys", "list"]])
+def test_unwritable_store(env: dict[str, str], tmp_path: Path, command: list[str]) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    proc = cli(command, {**env, "CONTEXT_PROXY_DB": str(tmp_path / "a-file" / "proxy.db")})
+    one_line_naming(proc, "CONTEXT_PROXY_DB")
+
+
+def test_read_only_store(env: dict[str, str], tmp_path: Path) -> None:
+    db = tmp_path / "ro.db"
+    db.write_bytes(b"this is not a database file" * 100)
+    one_line_naming(cli(["serve", "--port", "0"], {**env, "CONTEXT_PROXY_DB": str(db)}),
+                    "CONTEXT_PROXY_DB")
+
+
+# --- a good start ---
+
+
+@pytest.fixture
+def upstream() -> Iterator[str]:
+    fake = FakeUpstream()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield asyncio.run_coroutine_threadsafe(fake.start(), loop).result(10)
+    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+class Served:
+    """``serve --port 0`` in a subprocess; the port is read off its start-up line."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "proxy.cli", "serve", "--port", "0"], cwd=ROOT,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
+                stdout=subprocess.DEVNULL, stderr=out)
+        self.port = self._wait_for_port()
+
+    def _wait_for_port(self) -> int:
+        for _ in range(HANG_GUARD_S * 20):
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read_text())
+            if found:
+                return int(found.group(1))
+            assert self.proc.poll() is None, self.log.read_text()
+            threading.Event().wait(0.05)
+        raise AssertionError("no start-up line")
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        self.proc.wait(HANG_GUARD_S)
+        return self.log.read_text()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_startup_line_and_access_lines(env: dict[str, str], upstream: str, tmp_path: Path,
+                                       log_format: str) -> None:
+    env = {**env, "CONTEXT_PROXY_UPSTREAM_URL": upstream, "CONTEXT_PROXY_LOG_FORMAT": log_format}
+    key = json.loads(cli(["keys", "create", "--org", "acme"], env).stdout)["key"]
+    served = Served(env, tmp_path / "serve.log")
+    try:
+        base_url = f"http://127.0.0.1:{served.port}/v1"
+        with openai.OpenAI(base_url=base_url, api_key=key, max_retries=0) as client:
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "a secret-ish question"}],
+                extra_headers={"X-Conversation-Id": "conv-log-1", "X-Request-Id": "req-log-1"})
+        with openai.OpenAI(base_url=base_url, api_key="sk-wrong-key-9", max_retries=0) as bad, \
+                pytest.raises(openai.AuthenticationError):
+            bad.models.list()
+    finally:
+        text = served.stop()
+    for secret in (key, "sk-wrong-key-9", env["CONTEXT_PROXY_UPSTREAM_API_KEY"], "secret-ish"):
+        assert secret not in text
+    lines = text.splitlines()
+    if log_format == "json":
+        docs = [json.loads(line) for line in lines]
+        start = next(d for d in docs if "listening on" in d["message"])
+        chat = next(d for d in docs if d.get("route") == "chat")
+        assert (chat["status"], chat["conversation"], chat["outcome"], chat["request_id"]) == (
+            200, "conv-log-1", "none", "req-log-1")
+        assert chat["method"] == "POST" and chat["duration_ms"] >= 0
+        assert any(d.get("route") == "relay" and d["status"] == 401 for d in docs)
+        message = start["message"]
+    else:
+        message = next(line for line in lines if "listening on" in line)
+        chat_line = next(line for line in lines if "route=chat" in line)
+        assert '"POST /v1/chat/completions" 200' in chat_line
+        assert "conversation=conv-log-1 outcome=none request_id=req-log-1" in chat_line
+        assert any("route=relay" in line and '" 401 ' in line for line in lines)
+    assert upstream.rstrip("/") in message and env["CONTEXT_PROXY_POLICIES"] in message
+    assert env["CONTEXT_PROXY_DB"] in message

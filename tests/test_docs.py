@@ -125,3 +125,17 @@ def test_the_code_map_points_at_code_that_exists() -> None:
             if name.startswith("proxy/") or (leaf.isupper() and leaf in source):
                 continue
             assert re.search(rf"(def|class) {leaf}\b|^{leaf} = ", source, re.M), (row, name)
+
+
+def test_every_link_between_the_pages_resolves() -> None:
+    """README's short top links to the pages in docs/; each relative link names a file."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), (page.name, target)
+    readme = (ROOT / "README.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"README does not link docs/{page.name}"

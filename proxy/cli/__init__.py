@@ -33,7 +33,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.cli import startup
 
     settings = _settings(args)
-    startup.configure_logging(settings.log_format)
+    listener = startup.configure_logging(settings.log_format)
+    try:
+        return _serve(settings)
+    finally:
+        listener.stop()
+
+
+def _serve(settings: Settings) -> int:
+    from proxy.cli import startup
+
     startup.check_store(settings.db_path)
     sock = startup.listen(settings.host, settings.port)
     log = logging.getLogger("context_proxy")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import queue
 import socket
 import sqlite3
 import sys
@@ -92,16 +94,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
-def configure_logging(log_format: str) -> None:
-    """Log to stderr, as text lines or JSON lines. litellm's own loggers stay at WARNING (it is
-    not imported by the proxy, but a deployment may load it)."""
+class _Enqueue(logging.handlers.QueueHandler):
+    """Hands records to the writer thread as they are: formatting and the write to stderr
+    happen there, not on the event loop (the stock ``prepare`` formats on the caller's thread
+    so that records can be pickled; these never leave the process)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+def configure_logging(log_format: str) -> logging.handlers.QueueListener:
+    """Log to stderr, as text lines or JSON lines, through a queue drained by a thread of its
+    own; the caller stops the returned listener at exit (which writes what is left). litellm's
+    loggers stay at WARNING (the proxy does not import it, but a deployment may)."""
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [_Enqueue(records)]
     root.setLevel(logging.INFO)
     for name in ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "litellm", "httpx"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    listener = logging.handlers.QueueListener(records, handler)
+    listener.start()
+    return listener

@@ -33,11 +33,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.cli import startup
 
     settings = _settings(args)
-    listener = startup.configure_logging(settings.log_format)
+    handler = startup.configure_logging(settings.log_format)
     try:
         return _serve(settings)
     finally:
-        listener.stop()
+        handler.close()
 
 
 def _serve(settings: Settings) -> int:

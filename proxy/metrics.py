@@ -154,6 +154,12 @@ class Metrics:
             "context_proxy_policy_last_load_success_timestamp_seconds",
             "When the policy in force was loaded (unix time): at start and at each applied "
             "reload of the policies folder or the stored layers.", registry=r)
+        self.policy_reload_ok = Gauge(
+            "context_proxy_policy_last_reload_successful",
+            "1 when the last change of the policies folder was applied (or none was made "
+            "since start), 0 when it was rejected and the last good policy is in force.",
+            registry=r)
+        self.policy_reload_ok.set(1)  # serve does not start on a broken folder
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)  # the shared instances: collected on scrape, nothing else
 
@@ -231,6 +237,13 @@ class Metrics:
     def policy_loaded(self) -> None:
         """A policy was loaded and is in force now."""
         self.policy_last_load.set(time.time())
+
+    def policy_reload(self, ok: bool) -> None:
+        """A change of the policies folder was applied (``ok``) or rejected."""
+        (self.policy_reloads if ok else self.policy_reload_errors).inc()
+        self.policy_reload_ok.set(1 if ok else 0)
+        if ok:
+            self.policy_loaded()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

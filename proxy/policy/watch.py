@@ -120,12 +120,11 @@ async def watch(service: PolicyService, folder: Path | None, metrics: Metrics | 
             errors = watcher.errors
             cfg = await asyncio.to_thread(watcher.poll)
             if watcher.errors != errors and metrics is not None:
-                metrics.policy_reload_errors.inc()
+                metrics.policy_reload(ok=False)
             if cfg is not None:
                 service.set_platform(cfg)
                 if metrics is not None:
-                    metrics.policy_reloads.inc()
-                    metrics.policy_loaded()
+                    metrics.policy_reload(ok=True)
         except asyncio.CancelledError:
             raise
         except Exception:  # never let the watcher die: the policy would silently freeze

@@ -162,16 +162,21 @@ def test_an_applied_reload_moves_the_last_good_load_time(make_harness, tmp_path:
     s = Session(make_harness, tmp_path)
     s.client.close()
     name = "context_proxy_policy_last_load_success_timestamp_seconds"
-    started = value(samples(s.scrape()), name)
-    assert started > 0
+    first = samples(s.scrape())
+    started = value(first, name)
+    assert started > 0 and value(first, "context_proxy_policy_last_reload_successful") == 1
     (s.folder / "platform.yaml").write_text("models: [unclosed\n")  # rejected: time stays
     deadline = time.monotonic() + 5
     while value(samples(s.scrape()), "context_proxy_policy_reload_errors_total") == 0:
         assert time.monotonic() < deadline, "the broken file was never rejected"
         time.sleep(0.05)
-    assert value(samples(s.scrape()), name) == started
+    rejected = samples(s.scrape())
+    assert value(rejected, name) == started
+    assert value(rejected, "context_proxy_policy_last_reload_successful") == 0
     (s.folder / "platform.yaml").write_text(POLICY + "# edited\n")
     while value(samples(s.scrape()), "context_proxy_policy_reloads_total") == 0:
         assert time.monotonic() < deadline + 5, "the fixed file was never applied"
         time.sleep(0.05)
-    assert value(samples(s.scrape()), name) > started
+    applied = samples(s.scrape())
+    assert value(applied, name) > started
+    assert value(applied, "context_proxy_policy_last_reload_successful") == 1

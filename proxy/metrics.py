@@ -1,7 +1,8 @@
 """Prometheus metrics (prefix ``context_proxy_``), one registry per application.
 
-Labels stay low-cardinality: route templates, status classes, organization and model at most;
-never a key, a conversation id or message text.
+Labels stay low-cardinality: route templates, status classes, an upstream error's status
+(400-599 or a word), organization and model at most; never a key, a conversation id or
+message text.
 """
 
 from __future__ import annotations

@@ -35,10 +35,10 @@ log = logging.getLogger("context_proxy")
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     store = Store(settings.db_path)
-    upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
-                        settings.upstream_timeout_s)
-    auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
     metrics = Metrics()
+    upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
+                        settings.upstream_timeout_s, metrics)
+    auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
     policies = PolicyService(settings.platform)
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,

@@ -1,16 +1,24 @@
 """Prometheus metrics (prefix ``context_proxy_``), one registry per application.
 
-Labels stay low-cardinality: route templates, status classes, organization and model at most;
-never a key, a conversation id or message text.
+Labels stay low-cardinality: route templates, status classes, an upstream error's status
+(400-599 or a word), organization and model at most; never a key, a conversation id or
+message text.
 """
 
 from __future__ import annotations
 
+import platform
+import time
+from importlib import metadata
 from typing import Any
 
 from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -50,11 +58,11 @@ class Metrics:
             buckets=_OVERHEAD_BUCKETS, registry=r)
         # --- context management (SPEC sections 4–6) ---
         self.tokens_received = Counter(
-            "context_proxy_tokens_received_total",
+            "context_proxy_received_tokens_total",
             "Prompt tokens in chat requests as clients sent them (estimated).",
             ["org", "model"], registry=r)
         self.tokens_sent = Counter(
-            "context_proxy_tokens_sent_total",
+            "context_proxy_sent_tokens_total",
             "Prompt tokens in chat requests as forwarded upstream (estimated).",
             ["org", "model"], registry=r)
         self.masked_results = Counter(
@@ -67,12 +75,13 @@ class Metrics:
             "context_proxy_compactions_total",
             "Compaction outcomes: auto, manual, reused, failed, insufficient.", ["outcome"],
             registry=r)
+        # (no "summary" in these names: Prometheus reserves the type words)
         self.summary_duration = Histogram(
-            "context_proxy_summary_duration_seconds", "Duration of summary calls.",
+            "context_proxy_summarization_duration_seconds", "Duration of summary calls.",
             buckets=_LATENCY_BUCKETS, registry=r)
         self.summary_tokens = Counter(
-            "context_proxy_summary_tokens_total", "Tokens of the summaries written.",
-            registry=r)
+            "context_proxy_summarization_output_tokens_total",
+            "Tokens of the summaries written.", registry=r)
 
         # --- the provider's prompt cache (SPEC sections 4-6) ---
         self.upstream_prompt_tokens = Counter(
@@ -112,12 +121,48 @@ class Metrics:
         for outcome in ("applied", "skipped", "timeout", "error", "unparsable"):
             self.rerank.labels(outcome)  # every outcome exported from the start, at 0
 
+        self._operations(r)
         # Children bound once: ``labels()`` costs microseconds a call, several per request.
         self.overhead_chat = self.overhead.labels("chat")
         self.upstream_chat = self.upstream_duration.labels("chat")
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._usage_children: dict[str, tuple[Any, Any]] = {}
+        self._in_flight_children: dict[str, Any] = {}
+        self._first_byte_children: dict[str, Any] = {}
+        self._error_children: dict[tuple[str, str], Any] = {}
+
+    def _operations(self, r: CollectorRegistry) -> None:
+        """What an operator watches besides the stages (SPEC section 9)."""
+        self.build_info = Gauge(
+            "context_proxy_build_info", "Always 1: the proxy's version and Python version.",
+            ["version", "python"], registry=r)
+        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.in_flight = Gauge(
+            "context_proxy_requests_in_flight", "Requests being answered now, by route.",
+            ["route"], registry=r)
+        self.upstream_first_byte = Histogram(
+            "context_proxy_upstream_time_to_first_byte_seconds",
+            "Time from sending a request upstream to its answer's headers, by route: chat, "
+            "relay, rerank, and summary or models for the proxy's own calls.", ["route"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.upstream_errors = Counter(
+            "context_proxy_upstream_errors_total",
+            "Upstream calls that failed, by route and status: the HTTP status of an answer "
+            "of 400 or more, unreachable (no connection or no answer) or timeout (no first "
+            "byte in CONTEXT_PROXY_UPSTREAM_TIMEOUT_S).", ["route", "status"], registry=r)
+        self.policy_last_load = Gauge(
+            "context_proxy_policy_last_load_success_timestamp_seconds",
+            "When the policy in force was loaded (unix time): at start and at each applied "
+            "reload of the policies folder or the stored layers.", registry=r)
+        self.policy_reload_ok = Gauge(
+            "context_proxy_policy_last_reload_successful",
+            "1 when the last change of the policies folder was applied (or none was made "
+            "since start), 0 when it was rejected and the last good policy is in force.",
+            registry=r)
+        self.policy_reload_ok.set(1)  # serve does not start on a broken folder
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)  # the shared instances: collected on scrape, nothing else
 
     def model_label(self, model: str) -> str:
         """``model`` as a label value: clients name models freely, so past ``MAX_MODELS``
@@ -166,5 +211,47 @@ class Metrics:
         children[0].inc(prompt_tokens)
         children[1].inc(cached_tokens)
 
+    def in_flight_for(self, route: str) -> Any:
+        """The in-flight gauge child of ``route`` (a route template: few)."""
+        child = self._in_flight_children.get(route)
+        if child is None:
+            child = self._in_flight_children[route] = self.in_flight.labels(route)
+        return child
+
+    def upstream_answered(self, route: str, status: int, seconds: float) -> None:
+        """An upstream answer's headers arrived after ``seconds``; an error status counts."""
+        child = self._first_byte_children.get(route)
+        if child is None:
+            child = self._first_byte_children[route] = self.upstream_first_byte.labels(route)
+        child.observe(seconds)
+        if status >= 400:
+            self.upstream_failed(route, str(status) if status < 600 else "other")
+
+    def upstream_failed(self, route: str, status: str) -> None:
+        """An upstream call failed: ``status`` an HTTP status, ``unreachable`` or ``timeout``."""
+        key = (route, status)
+        child = self._error_children.get(key)
+        if child is None:  # routes × statuses 400-599 and two words: bounded
+            child = self._error_children[key] = self.upstream_errors.labels(route, status)
+        child.inc()
+
+    def policy_loaded(self) -> None:
+        """A policy was loaded and is in force now."""
+        self.policy_last_load.set(time.time())
+
+    def policy_reload(self, ok: bool) -> None:
+        """A change of the policies folder was applied (``ok``) or rejected."""
+        (self.policy_reloads if ok else self.policy_reload_errors).inc()
+        self.policy_reload_ok.set(1 if ok else 0)
+        if ok:
+            self.policy_loaded()
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("context-proxy")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from proxy.metrics import Metrics
@@ -13,6 +13,7 @@ from proxy.policy.model import FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = re.compile(r"X-[A-Za-z-]+", re.IGNORECASE)
+CONTEXT_HEADER = re.compile(r"X-Context-[A-Za-z-]+|X-Request-Id")
 # Headers the proxy sets on its requests to the upstream, never on a response (none today: the
 # summary call sends no organization name to the provider).
 UPSTREAM_ONLY: set[str] = set()
@@ -42,9 +43,30 @@ def environment_variables() -> set[str]:
             for name in re.findall(r"CONTEXT_PROXY_[A-Z_]+", s)}
 
 
-def headers_set_in(tree: ast.AST) -> set[str]:
+def header_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level constants naming a header (``REQUEST_ID = "X-Request-Id"``)."""
+    return {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            and HEADER.fullmatch(node.value.value)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _header_name(key: ast.expr | None, constants: Mapping[str, set[str]]) -> set[str]:
+    """The header names ``key`` stands for: a string, or a constant by name (``IGNORED``,
+    ``manual.IGNORED``)."""
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return {key.value} if HEADER.fullmatch(key.value) else set()
+    if isinstance(key, ast.Name):
+        return set(constants.get(key.id, ()))
+    if isinstance(key, ast.Attribute):
+        return set(constants.get(key.attr, ()))
+    return set()
+
+
+def headers_set_in(tree: ast.AST, constants: Mapping[str, set[str]] | None = None) -> set[str]:
     """Header names the code writes: keys of dict displays (``headers={...}``) and targets of
-    item assignments (``h["X-..."] = ...``). Names only read (``.get("X-...")``) are left out."""
+    item assignments (``h["X-..."] = ...``), written out or as a named constant. Names only
+    read (``.get("X-...")``) are left out."""
     found: set[str] = set()
     for node in ast.walk(tree):
         keys: list[ast.expr | None] = []
@@ -52,20 +74,40 @@ def headers_set_in(tree: ast.AST) -> set[str]:
             keys = list(node.keys)
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             keys = [node.slice]
-        found.update(k.value for k in keys if isinstance(k, ast.Constant)
-                     and isinstance(k.value, str) and HEADER.fullmatch(k.value))
+        for key in keys:
+            found |= _header_name(key, constants or {})
     return found
 
 
+def _proxy_trees() -> list[ast.Module]:
+    return [tree for path, tree in _trees() if not path.is_relative_to(NOT_THE_PROXY)]
+
+
 def set_headers() -> set[str]:
-    return {h for path, tree in _trees() if not path.is_relative_to(NOT_THE_PROXY)
-            for h in headers_set_in(tree)}
+    trees = _proxy_trees()
+    constants: dict[str, set[str]] = {}
+    for tree in trees:
+        for name, header in header_constants(tree).items():
+            constants.setdefault(name, set()).add(header)
+    return {h for tree in trees for h in headers_set_in(tree, constants)}
+
+
+def named_context_headers() -> set[str]:
+    """Every ``X-Context-*`` and ``X-Request-Id`` the proxy's code names, set or read."""
+    return {s for tree in _proxy_trees() for s in _strings(tree) if CONTEXT_HEADER.fullmatch(s)}
 
 
 def metric_names() -> set[str]:
-    """Metric names as ``/metrics`` exposes them (counters with their ``_total``)."""
+    """The proxy's own metric names as ``/metrics`` exposes them (counters with their
+    ``_total``); the standard collectors' are left to ``test_docs_name_the_standard_collectors``."""
     return {f.name + "_total" if f.type == "counter" else f.name
-            for f in Metrics().registry.collect()}
+            for f in Metrics().registry.collect() if f.name.startswith("context_proxy_")}
+
+
+def proxy_metric_names() -> set[str]:
+    """The proxy's own metric families, as the registry names them (counters without
+    ``_total``)."""
+    return {f.name for f in Metrics().registry.collect() if f.name.startswith("context_proxy_")}
 
 
 def test_readme_documents_every_policy_field() -> None:
@@ -83,18 +125,43 @@ def test_readme_documents_every_environment_variable() -> None:
 
 def test_docs_name_every_response_header() -> None:
     headers = set_headers()
-    # the scan finds what the proxy sets, and the exclusions still name real headers
-    assert {"X-Conversation-Id", "X-Context-Compaction", "X-Rerank"} | UPSTREAM_ONLY <= headers
+    # the scan finds what the proxy sets (named constants too), and the exclusions still name
+    # real headers
+    assert {"X-Conversation-Id", "X-Context-Compaction", "X-Rerank", "X-Request-Id",
+            "X-Context-Compact-Ignored"} | UPSTREAM_ONLY <= headers
     docs = docs_text().lower()
     missing = sorted(h for h in headers - UPSTREAM_ONLY if f"`{h.lower()}`" not in docs)
     assert missing == []
 
 
+def test_docs_name_every_context_header_the_code_names() -> None:
+    """However the code spells them (a constant, a dict key, a header read), the proxy's own
+    headers are documented, each as a whole name (``X-Context-Compact`` is not
+    ``X-Context-Compaction``)."""
+    headers = named_context_headers()
+    assert {"X-Request-Id", "X-Context-Compact", "X-Context-Prefix-Kept"} <= headers
+    docs = docs_text()
+    assert sorted(h for h in headers
+                  if not re.search(rf"`{re.escape(h)}(?![A-Za-z-])[^`]*`", docs)) == []
+
+
 def test_docs_name_every_metric() -> None:
     names = metric_names()
-    assert {"context_proxy_requests_total", "context_proxy_rerank_duration_seconds"} <= names
+    assert {"context_proxy_requests_total", "context_proxy_rerank_duration_seconds",
+            "context_proxy_build_info", "context_proxy_upstream_errors_total"} <= names
     docs = docs_text()
     assert sorted(n for n in names if f"`{n}`" not in docs) == []
+
+
+def test_docs_name_the_standard_collectors() -> None:
+    """The process, platform and GC collectors' series: each named, or under a documented
+    family (`` `process_*` ``)."""
+    names = {f.name for f in Metrics().registry.collect()} - proxy_metric_names()
+    assert {"process_cpu_seconds", "python_info", "python_gc_collections"} <= names
+    docs = docs_text()
+    families = tuple(re.findall(r"`([a-z_]+_)\*`", docs))
+    assert sorted(n for n in names if not n.startswith(families)
+                  and f"`{n}`" not in docs and f"`{n}_total`" not in docs) == []
 
 
 def test_headers_set_in_ignores_headers_only_read() -> None:
@@ -102,8 +169,20 @@ def test_headers_set_in_ignores_headers_only_read() -> None:
         'compact = request.headers.get("X-Context-Compact")\n'
         'h = {"X-Conversation-Id": cid, "content-type": "text/plain"}\n'
         'h["X-Context-Retried"] = "yes"\n'
-        'seen = response.headers["X-Seen"]\n')
-    assert headers_set_in(tree) == {"X-Conversation-Id", "X-Context-Retried"}
+        'seen = response.headers["X-Seen"]\n'
+        'response.headers[REQUEST_ID] = rid\n'
+        'extra = {manual.IGNORED: "off"}\n'
+        'other = response.headers[UNKNOWN]\n')
+    constants = {"REQUEST_ID": {"X-Request-Id"}, "IGNORED": {"X-Context-Compact-Ignored"},
+                 "UNKNOWN": {"X-Unknown"}}
+    assert headers_set_in(tree, constants) == {"X-Conversation-Id", "X-Context-Retried",
+                                               "X-Request-Id", "X-Context-Compact-Ignored"}
+
+
+def test_header_constants_are_module_level_header_strings() -> None:
+    tree = ast.parse('REQUEST_ID = "X-Request-Id"\nPATH = "/chat"\n'
+                     'def f():\n    LOCAL = "X-Local"\n')
+    assert header_constants(tree) == {"REQUEST_ID": "X-Request-Id"}
 
 
 def test_the_code_map_points_at_code_that_exists() -> None:

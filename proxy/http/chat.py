@@ -64,7 +64,8 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     headers = request_headers(request.headers, job.principal.upstream_key, identity=True)
     sent = time.perf_counter()
     try:
-        resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report))
+        resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report),
+                                         route="chat")
     except ApiError as e:  # unreachable or too slow: still say what the proxy did
         state.metrics.upstream_chat.observe(time.perf_counter() - sent)
         return e.response(headers=report.headers())
@@ -77,7 +78,7 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
             report = await state.context.retry_overflow(job, stated_window(error_body))
             try:
                 resp = await state.upstream.open("POST", PATH, headers,
-                                                 job.request.outgoing(report))
+                                                 job.request.outgoing(report), route="chat")
             except ApiError as e:
                 return e.response(headers=report.headers())
         return await _relay_answer(request, state, job, resp, report)

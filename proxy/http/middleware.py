@@ -77,6 +77,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     traceback."""
     start = time.perf_counter()
     status = 500
+    state, route = request.app.get(STATE), route_label(request)
+    in_flight = state.metrics.in_flight_for(route) if state is not None else None
+    if in_flight is not None:
+        in_flight.inc()
     try:
         resp = await handler(request)
         status = resp.status
@@ -101,7 +105,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.exception("unexpected error on %s %s", request.method, request.path)
         return ApiError(500, "The proxy hit an internal error.", code="internal_error").response()
     finally:
-        state = request.app.get(STATE)
+        if in_flight is not None:
+            in_flight.dec()
         if state is not None:
-            state.metrics.observe_request(route_label(request), status,
-                                          time.perf_counter() - start)
+            state.metrics.observe_request(route, status, time.perf_counter() - start)

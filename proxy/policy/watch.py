@@ -104,22 +104,27 @@ class FolderWatcher:
 
 async def watch(service: PolicyService, folder: Path | None, metrics: Metrics | None = None,
                 tick_s: float = TICK_S) -> None:
-    """Run forever: refresh stored layers and reload the folder on change (see module doc)."""
+    """Run forever: refresh stored layers and reload the folder on change (see module doc).
+    ``metrics`` also gets the time of each good load, the first being the policy in force now
+    (``serve`` does not start on a bad one)."""
     watcher = FolderWatcher(folder, service.platform) if folder is not None else None
+    if metrics is not None:
+        metrics.policy_loaded()
     while True:
         await asyncio.sleep(tick_s)
         try:
-            await service.refresh()
+            if await service.refresh() and metrics is not None:
+                metrics.policy_loaded()
             if watcher is None:
                 continue
             errors = watcher.errors
             cfg = await asyncio.to_thread(watcher.poll)
             if watcher.errors != errors and metrics is not None:
-                metrics.policy_reload_errors.inc()
+                metrics.policy_reload(ok=False)
             if cfg is not None:
                 service.set_platform(cfg)
                 if metrics is not None:
-                    metrics.policy_reloads.inc()
+                    metrics.policy_reload(ok=True)
         except asyncio.CancelledError:
             raise
         except Exception:  # never let the watcher die: the policy would silently freeze

@@ -46,7 +46,7 @@ async def ask_model(upstream: Upstream, principal: Principal, model: str,
     """
     answer = await complete(upstream, principal.upstream_key,
                             {"model": model, "messages": messages, "temperature": 0,
-                             "max_tokens": max_tokens})
+                             "max_tokens": max_tokens}, route="rerank")
     return answer.content, answer.total_tokens
 
 

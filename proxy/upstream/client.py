@@ -7,6 +7,7 @@ Faults become ``ApiError``: a refused or broken connection is 502, no first byte
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -15,6 +16,7 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import ApiError
+from proxy.metrics import Metrics
 
 # RFC 9110 hop-by-hop headers plus those aiohttp recomputes for each leg.
 HOP_BY_HOP = frozenset({
@@ -64,10 +66,12 @@ def response_headers(upstream: CIMultiDictProxy[str], drop: Iterable[str] = (),
 class Upstream:
     """The shared client towards the configured OpenAI-compatible base URL (ending in /v1)."""
 
-    def __init__(self, base_url: str, api_key: str | None, first_byte_timeout_s: float) -> None:
+    def __init__(self, base_url: str, api_key: str | None, first_byte_timeout_s: float,
+                 metrics: Metrics | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.first_byte_timeout_s = first_byte_timeout_s
+        self.metrics = metrics  # time to first byte and errors of every call, when given
         self._session: aiohttp.ClientSession | None = None
         self.streams: set[aiohttp.ClientResponse] = set()  # answers being relayed as they come
 
@@ -102,20 +106,32 @@ class Upstream:
         return self.base_url + path
 
     async def open(self, method: str, path: str, headers: Mapping[str, str],
-                   data: object = None, query: str = "") -> aiohttp.ClientResponse:
-        """Send a request and return once the response headers arrived (caller releases it)."""
+                   data: object = None, query: str = "", route: str = "relay"
+                   ) -> aiohttp.ClientResponse:
+        """Send a request and return once the response headers arrived (caller releases it).
+        ``route`` labels the call in the metrics: the proxy route it serves, or ``summary``."""
         url = self.url(path) + (f"?{query}" if query else "")
+        start = time.perf_counter()
         try:
             # The session's sock_read timeout bounds the wait for the response headers (and
             # every later read): no timer of its own per request.
-            return await self.session.request(method, url, headers=headers, data=data,
+            resp = await self.session.request(method, url, headers=headers, data=data,
                                               allow_redirects=False)
         except TimeoutError:
+            self._failed(route, "timeout")
             raise ApiError(504, "The upstream model did not answer in time.",
                            code="upstream_timeout") from None
         except aiohttp.ClientError as e:
+            self._failed(route, "unreachable")
             raise ApiError(502, f"Could not reach the upstream model: {type(e).__name__}.",
                            code="upstream_unreachable") from None
+        if self.metrics is not None:
+            self.metrics.upstream_answered(route, resp.status, time.perf_counter() - start)
+        return resp
+
+    def _failed(self, route: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.upstream_failed(route, status)
 
     @property
     def secret(self) -> bytes | None:
@@ -132,7 +148,7 @@ async def fetch_models(upstream: Upstream) -> Any:
     """The upstream's ``GET /v1/models`` JSON; raises on any failure (the caller caches that)."""
     key = upstream.api_key or current_key.get()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    resp = await upstream.open("GET", "/models", headers)
+    resp = await upstream.open("GET", "/models", headers, route="models")
     try:
         if resp.status != 200:
             raise RuntimeError(f"upstream /v1/models answered {resp.status}")

@@ -55,16 +55,18 @@ def parse_completion(raw: bytes) -> Completion:
 
 
 async def complete(upstream: Upstream, api_key: str | None, payload: Mapping[str, Any],
-                   extra_headers: Mapping[str, str] | None = None) -> Completion:
+                   extra_headers: Mapping[str, str] | None = None, route: str = "summary"
+                   ) -> Completion:
     """One non-streamed chat completion. Raises ``CompletionFailed``, or ``ApiError`` (502/504)
     when the upstream cannot be reached or its answer breaks off; callers bound the call's
-    time."""
+    time. ``route`` labels the call in the metrics (``Upstream.open``)."""
     # The shared session neither decompresses nor adds a Content-Type: ask for plain JSON.
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity",
                **(extra_headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    resp = await upstream.open("POST", PATH, headers, orjson.dumps({**payload, "stream": False}))
+    resp = await upstream.open("POST", PATH, headers, orjson.dumps({**payload, "stream": False}),
+                               route=route)
     try:
         raw = await read_body(resp)
     finally:

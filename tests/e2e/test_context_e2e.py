@@ -346,14 +346,14 @@ def test_metrics_move_by_the_right_amount(make_harness, sdk) -> None:
     masked = sum(int(r.headers["X-Context-Masked"]) for r in raws)
     assert [r.headers["X-Context-Compaction"] for r in raws] == ["auto", "reused"]
     labels = {"org": "acme", "model": MODEL}
-    assert metric(h, "context_proxy_tokens_received_total", **labels) == before
-    assert metric(h, "context_proxy_tokens_sent_total", **labels) == after
+    assert metric(h, "context_proxy_received_tokens_total", **labels) == before
+    assert metric(h, "context_proxy_sent_tokens_total", **labels) == after
     assert metric(h, "context_proxy_masked_tool_results_total", org="acme") == masked
     assert metric(h, "context_proxy_masked_tokens_total", org="acme") > 0
     assert metric(h, "context_proxy_compactions_total", outcome="auto") == 1
     assert metric(h, "context_proxy_compactions_total", outcome="reused") == 1
-    assert metric(h, "context_proxy_summary_duration_seconds_count") == 1
-    assert metric(h, "context_proxy_summary_tokens_total") > 0
+    assert metric(h, "context_proxy_summarization_duration_seconds_count") == 1
+    assert metric(h, "context_proxy_summarization_output_tokens_total") > 0
     assert metric(h, "context_proxy_requests_total", route="chat", status_class="2xx") == 2
     assert metric(h, "context_proxy_request_duration_seconds_count", route="chat") == 2
     assert metric(h, "context_proxy_upstream_duration_seconds_count", route="chat") == 2

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from proxy.auth import Principal
 from proxy.context.compaction import Compacted, compact
@@ -45,10 +46,20 @@ SummarizerFactory = Callable[[Principal, str, float], Summarizer]
 """(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
 
 
-def upstream_summarizers(upstream: Upstream) -> SummarizerFactory:
-    """Summary calls to the upstream through the shared session, with the caller's key."""
+def org_header(org: str) -> str:
+    """The organization as a header value: as it is when printable ASCII, else
+    percent-encoded (a header cannot carry a line break, and non-ASCII bytes are ambiguous)."""
+    return org if org.isascii() and org.isprintable() else quote(org, safe="")
+
+
+def upstream_summarizers(upstream: Upstream,
+                         send_org: Callable[[], bool] = lambda: False) -> SummarizerFactory:
+    """Summary calls to the upstream through the shared session, with the caller's key; they
+    carry ``X-Context-Proxy-Org: <org>`` while ``send_org()`` says so (read per compaction, so
+    a policy reload takes effect at once)."""
     def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s)
+        headers = {"X-Context-Proxy-Org": org_header(principal.org)} if send_org() else None
+        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s, headers)
 
     return make
 

@@ -19,7 +19,7 @@ from proxy.auth import Principal
 from proxy.context.job import ChatRequest
 from proxy.context.offload import run_inline, run_off_loop
 from proxy.context.records import Records
-from proxy.context.service import ContextService
+from proxy.context.service import ContextService, org_header
 from proxy.context.stages.messages import is_summary
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.tokens import TokenCounter
@@ -275,3 +275,9 @@ async def test_a_summary_longer_than_asked_is_cut_at_a_sentence_and_marked(
     other = service(tmp_path / "other", fitting)
     normal = await other.manage(await other.prepare(ALICE, chat(history(turns=30)), "c1"))
     assert normal.divider is not None and not normal.divider.truncated
+
+
+def test_the_organization_header_value_is_safe_for_any_name() -> None:
+    assert org_header("acme") == "acme"
+    assert org_header("Acme Corp (EU)") == "Acme Corp (EU)"
+    assert org_header("müller\r\nX-Evil: 1") == "m%C3%BCller%0D%0AX-Evil%3A%201"

@@ -34,6 +34,7 @@ from proxy.context.usage import UsageCorrection
 from proxy.context.window import WindowResolver
 from proxy.errors import bad_request
 from proxy.metrics import Metrics
+from proxy.policy.model import Policy
 from proxy.policy.service import PolicyService
 from proxy.upstream.client import Upstream
 
@@ -99,7 +100,7 @@ class ContextService:
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
         policy = self.policies.resolve(principal.org, principal.user)
-        window = await self.windows.window(request.model, policy)
+        window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
         known = self.history.recall(key, request.messages, request.model, request.repeats)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
@@ -109,7 +110,12 @@ class ContextService:
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
-                   force=manual, kind="manual" if manual else "auto")
+                   force=manual, kind="manual" if manual else "auto", window_source=source)
+
+    async def _window(self, model: str, policy: Policy) -> tuple[int | None, str]:
+        """The model's window and its source; an unknown window is the ``fallback``."""
+        window, source = await self.windows.resolve(model, policy)
+        return window, source if window is not None else "fallback"
 
     # --- plan and execute -----------------------------------------------------------------------
 
@@ -145,8 +151,8 @@ class ContextService:
         limit it stated, compact regardless of the trigger and plan once more (never again)."""
         if stated_limit is not None:
             self.windows.learn(job.request.model, stated_limit)
-        window = await self.windows.window(job.request.model, job.policy)
-        return await self.manage(job.forced(window), retried="context_length_exceeded")
+        window, source = await self._window(job.request.model, job.policy)
+        return await self.manage(job.forced(window, source), retried="context_length_exceeded")
 
     def _report(self, job: Job, p: Plan, outcome: Outcome, retried: str | None, *,
                 compacted: Compacted | None = None, divider: CompactionRecord | None = None,
@@ -159,10 +165,10 @@ class ContextService:
         kept = p.kept
         if before is not None:
             kept = self._kept_since(job, before, messages or p.mask.messages)
-        return ContextReport(job.conversation_id, messages, round(p.tokens_before * job.ratio),
-                             round(estimate * job.ratio), estimate,
+        return ContextReport(job.conversation_id, messages, job.reported(p.tokens_before),
+                             job.reported(estimate), estimate,
                              job.scope.compaction_window, len(p.mask.masked), outcome, kept,
-                             divider, retried)
+                             divider, retried, window_source=job.window_source)
 
     def _kept_since(self, job: Job, before: Plan, sent: list[dict[str, Any]]) -> int:
         """Tokens at the start of ``sent`` that ``before``'s previous request sent the same:

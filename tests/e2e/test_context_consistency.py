@@ -1,0 +1,120 @@
+"""What the client is told agrees with what the proxy did, end to end through the openai SDK and
+the fake upstream: where the window came from, and a context-length refusal that compaction
+cannot help."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.testing import agent
+from proxy.testing.agent import DEMO, TOOLS
+from proxy.testing.fake_upstream import FakeUpstream, Fault
+from proxy.testing.harness import Harness
+
+MODEL = "agent-32k"
+WINDOW = 32_768
+NO_MASKING = "defaults:\n  masking: {enabled: false}\n"
+Maker = Callable[..., Harness]
+Sdk = Callable[[Harness, str], openai.OpenAI]
+
+
+def policies(tmp_path: Path, text: str) -> dict[str, str]:
+    folder = tmp_path / "policies"
+    folder.mkdir(exist_ok=True)
+    (folder / "platform.yaml").write_text(text)
+    return {"CONTEXT_PROXY_POLICIES": str(folder)}
+
+
+def start(make_harness: Maker, tmp_path: Path, yaml: str = "", **fake: Any) -> Harness:
+    env = policies(tmp_path, yaml) if yaml else None
+    return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True, **fake),
+                        env=env)
+
+
+def hellos(n: int) -> str:
+    return " hello" * n  # one token a word in o200k_base
+
+
+def conversation(turns: int) -> list[dict[str, Any]]:
+    return agent.conversation(replace(DEMO, seed=5, output_tokens=(1800, 2200)), turns)
+
+
+# --- 2. where the window came from --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "yaml", "window", "source"), [
+    (MODEL, "models: {agent-32k: {context_window: 30000}}\n", 30_000, "policy"),
+    (MODEL, "", WINDOW, "upstream"),
+    ("gpt-4o", "", None, "litellm"),
+    ("no-such-model-anywhere", "", 200_000, "fallback"),
+])
+def test_every_managed_answer_says_where_the_window_came_from(
+        make_harness: Maker, tmp_path: Path, sdk: Sdk, model: str, yaml: str,
+        window: int | None, source: str) -> None:
+    h = start(make_harness, tmp_path, yaml)
+    client = sdk(h, h.create_key())
+    messages = [{"role": "user", "content": "hello"}]
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)  # type: ignore[arg-type]
+    assert raw.headers["X-Context-Window-Source"] == source
+    if window is not None:
+        assert raw.headers["X-Context-Window"] == str(window)
+    else:  # litellm's own figure for the model
+        assert int(raw.headers["X-Context-Window"]) >= 100_000
+    # An upstream error relayed on the managed path says it too.
+    h.fake.faults.append(Fault(status=503))
+    with pytest.raises(openai.InternalServerError) as err:
+        client.chat.completions.create(model=model, messages=messages)  # type: ignore[arg-type]
+    assert err.value.response.headers["X-Context-Window-Source"] == source
+
+
+def test_a_limit_the_upstream_states_is_learned_and_logged_once(
+        make_harness: Maker, tmp_path: Path, sdk: Sdk,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    # The policy believes the window is 64k; the upstream enforces 32k.
+    h = start(make_harness, tmp_path, NO_MASKING + "models: {agent-32k: {context_window: 65536}}\n")
+    client = sdk(h, h.create_key())
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=conversation(20), tools=TOOLS)
+    assert raw.headers["X-Context-Retried"] == "context_length_exceeded"
+    assert raw.headers["X-Context-Compaction"] == "auto"
+    assert raw.headers["X-Context-Window"] == str(WINDOW)
+    assert raw.headers["X-Context-Window-Source"] == "learned"
+    again = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert again.headers["X-Context-Window-Source"] == "learned"  # it stays in force
+    learned = [r for r in caplog.records if "learned" in r.getMessage()]
+    assert len(learned) == 1 and learned[0].levelno == logging.WARNING
+    assert MODEL in learned[0].getMessage() and str(WINDOW) in learned[0].getMessage()
+    assert h.upstream_key not in caplog.text
+
+
+def test_a_refusal_compaction_cannot_help_with_is_not_sent_twice(
+        make_harness: Maker, tmp_path: Path, sdk: Sdk,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    h = start(make_harness, tmp_path, NO_MASKING + "models: {agent-32k: {context_window: 65536}}\n")
+    client = sdk(h, h.create_key())
+    # The system prompt and the task alone are over the upstream's 32k, under the policy's
+    # trigger (0.8 × 64k): forwarded, refused, and nothing may be summarized.
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Summarize:" + hellos(40_000)}]
+    for turn in (1, 2):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model=MODEL, messages=messages)  # type: ignore[arg-type]
+        assert err.value.code == "context_length_exceeded"
+        got = err.value.response.headers
+        assert got["X-Context-Compaction"] == "insufficient"
+        assert got["X-Context-Window"] == str(WINDOW)
+        assert got["X-Context-Window-Source"] == "learned"
+        assert "X-Context-Retried" not in got
+        assert len(h.fake.chat_requests()) == turn  # the body went upstream once per request
+    assert h.fake.summary_requests() == []
+    assert len([r for r in caplog.records if "learned" in r.getMessage()]) == 1

@@ -230,7 +230,9 @@ class ContextService:
             job.principal.org, job.key, kind=job.kind, prefix_hash=phash,
             covered=p.covered, preserved=p.preserved, summary=done.summary,
             summary_model=summary_model, summary_tokens=summary_tokens,
-            tokens_before=p.tokens_before, tokens_after=done.tokens_after, status=done.status,
+            # The divider shows the figures the answer's X-Context-Tokens-* headers show.
+            tokens_before=job.reported(p.tokens_before),
+            tokens_after=job.reported(done.tokens_after), status=done.status,
             truncated=done.truncated)
         self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind

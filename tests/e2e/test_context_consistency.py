@@ -1,6 +1,6 @@
 """What the client is told agrees with what the proxy did, end to end through the openai SDK and
-the fake upstream: where the window came from, and a context-length refusal that compaction
-cannot help."""
+the fake upstream: divider figures vs headers, where the window came from, and a
+context-length refusal that compaction cannot help."""
 
 from __future__ import annotations
 
@@ -44,6 +44,31 @@ def hellos(n: int) -> str:
 
 def conversation(turns: int) -> list[dict[str, Any]]:
     return agent.conversation(replace(DEMO, seed=5, output_tokens=(1800, 2200)), turns)
+
+
+# --- 1. the divider shows the figures of the answer that made it ------------------------------
+
+
+def test_divider_figures_are_the_headers_of_the_compacting_answer(
+        make_harness: Maker, tmp_path: Path, sdk: Sdk) -> None:
+    # The upstream counts 40% more than the proxy's tokenizer: the figures shown are corrected.
+    h = start(make_harness, tmp_path, NO_MASKING, usage_scale=1.4)
+    client = sdk(h, h.create_key())
+    messages = conversation(9)
+    headers = {"X-Conversation-Id": "figures"}
+    first = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=TOOLS, extra_headers=headers)
+    assert first.headers["X-Context-Compaction"] == "none"  # it teaches the proxy the ratio
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=TOOLS, extra_headers=headers)
+    assert raw.headers["X-Context-Compaction"] == "auto"
+    dividers = client.get("/conversations/figures/dividers", cast_to=object)["data"]  # type: ignore[index]
+    assert len(dividers) == 1
+    divider = dividers[0]
+    assert divider["id"] == raw.headers["X-Context-Divider-Id"]
+    assert divider["tokens_before"] == int(raw.headers["X-Context-Tokens-Before"])
+    assert divider["tokens_after"] == int(raw.headers["X-Context-Tokens-After"])
+    assert divider["tokens_after"] < divider["tokens_before"]
 
 
 # --- 2. where the window came from --------------------------------------------------------------

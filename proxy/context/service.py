@@ -250,7 +250,10 @@ class ContextService:
         if p.mask.masked:
             m.masked_results.labels(org).inc(len(p.mask.masked))
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
-        if report.outcome != "none":
+        # ``insufficient`` counts compactions: a summary made that could not get the list under
+        # the trigger, not each later request that waits (no loops) with the same header.
+        if report.outcome != "none" and (report.outcome != "insufficient"
+                                         or p.action == "summarize"):
             m.compactions.labels(report.outcome).inc()
         if p.rewrote:
             m.prefix_rewrites.labels("mask").inc()

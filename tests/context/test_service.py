@@ -135,12 +135,12 @@ async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
     first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
     assert first.outcome == "insufficient" and first.divider is not None
     assert len(summaries.calls) == 1
-    # One more turn moves the cut past older messages (something new to summarize), but adds
-    # less than a keep window (800 tokens): no new summary yet.
+    # One more turn moves the cut past older messages (something new to summarize), but less
+    # than masking.min_free_ratio × window (400 tokens) of it: no new summary yet.
     small = [*msgs, *tool_turn("read_file", words(300, 99)), assistant("Step 20 done.")]
     again = await svc.manage(await svc.prepare(ALICE, chat(small), "c1"))
     assert again.outcome == "insufficient" and len(summaries.calls) == 1
-    big = small + history(turns=6)[2:]  # more than a keep window's worth of new messages
+    big = small + history(turns=6)[2:]  # well over 400 tokens of new messages
     later = await svc.manage(await svc.prepare(ALICE, chat(big), "c1"))
     assert len(summaries.calls) == 2 and later.outcome == "insufficient"
 

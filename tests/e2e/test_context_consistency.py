@@ -1,10 +1,11 @@
 """What the client is told agrees with what the proxy did, end to end through the openai SDK and
-the fake upstream: divider figures vs headers, where the window came from, and a
-context-length refusal that compaction cannot help."""
+the fake upstream: divider figures vs headers, where the window came from, a context-length
+refusal that compaction cannot help, and the no-loop wait and its metric."""
 
 from __future__ import annotations
 
 import logging
+import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
@@ -36,6 +38,12 @@ def start(make_harness: Maker, tmp_path: Path, yaml: str = "", **fake: Any) -> H
     env = policies(tmp_path, yaml) if yaml else None
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True, **fake),
                         env=env)
+
+
+def metric(h: Harness, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(h.base_url.removesuffix("/v1") + "/metrics").read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def hellos(n: int) -> str:
@@ -143,3 +151,36 @@ def test_a_refusal_compaction_cannot_help_with_is_not_sent_twice(
         assert len(h.fake.chat_requests()) == turn  # the body went upstream once per request
     assert h.fake.summary_requests() == []
     assert len([r for r in caplog.records if "learned" in r.getMessage()]) == 1
+
+
+# --- 3. the no-loop wait, and what the metric counts ----------------------------------------------
+
+
+def test_after_insufficient_the_next_summary_waits_for_min_free_ratio(
+        make_harness: Maker, tmp_path: Path, sdk: Sdk) -> None:
+    # A system prompt close to the trigger (0.8 × 32k) on its own: every summary is insufficient.
+    # min free: 0.05 × 32,768 = 1,638 tokens; a keep window: 3,276.
+    h = start(make_harness, tmp_path, NO_MASKING)
+    client = sdk(h, h.create_key())
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Reference manual:" + hellos(24_500)},
+        {"role": "user", "content": "Write the report."}]
+    for t in range(8):
+        messages += [{"role": "assistant", "content": f"Part {t}:" + hellos(600)},
+                     {"role": "user", "content": f"Go on with part {t + 1}."}]
+    outcomes, calls = [], []
+    for t in range(8):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, extra_headers={"X-Conversation-Id": "wait"})
+        outcomes.append(raw.headers["X-Context-Compaction"])
+        calls.append(len(h.fake.summary_requests()))
+        # Each turn adds about 1,000 tokens: two turns pass the min free share, four a keep
+        # window.
+        messages += [{"role": "assistant", "content": f"Part {8 + t}:" + hellos(500)},
+                     {"role": "user", "content": f"Go on with part {9 + t}." + hellos(500)}]
+    assert outcomes == ["insufficient"] * 8
+    assert calls == [1, 1, 2, 2, 3, 3, 4, 4], calls
+    dividers = client.get("/conversations/wait/dividers", cast_to=object)["data"]  # type: ignore[index]
+    assert len(dividers) == 4
+    # Four summaries that could not get under the trigger, not eight requests.
+    assert metric(h, "context_proxy_compactions_total", outcome="insufficient") == 4

@@ -219,12 +219,12 @@ class ContextService:
             return self._report(job, p, "failed", retried), None
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
+        for answer in done.answers:  # paid for, whether the summary is used or not
+            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
+                                 summary=True)
         if not done.gain:
             return self._report(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
-        for answer in done.answers:
-            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
-                                 summary=True)
         self.metrics.summary_tokens.inc(summary_tokens)
         record = await self.records.add_compaction(
             job.principal.org, job.key, kind=job.kind, prefix_hash=phash,

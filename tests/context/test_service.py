@@ -281,3 +281,19 @@ def test_the_organization_header_value_is_safe_for_any_name() -> None:
     assert org_header("acme") == "acme"
     assert org_header("Acme Corp (EU)") == "Acme Corp (EU)"
     assert org_header("müller\r\nX-Evil: 1") == "m%C3%BCller%0D%0AX-Evil%3A%201"
+
+
+async def test_a_summary_too_long_to_use_is_still_counted_as_a_summary_call(
+        tmp_path: Path) -> None:
+    # The summary may take 2,400 tokens; the reply fills them, more than the ~1,000 tokens it
+    # would replace: the list would not shrink, so it is not used. The call was paid for.
+    summaries = Summaries(reply=words(3_000, 5))
+    svc = service(tmp_path, summaries, **{"compaction.summary_ratio": 0.3})
+    msgs = history(turns=10, size=60, head=words(6_600, 1))
+    job = await svc.prepare(ALICE, chat(msgs), "c1")
+    report = await svc.manage(job)
+    assert len(summaries.calls) == 1
+    assert report.outcome == "insufficient" and report.divider is None
+    assert report.messages is None  # the client's list goes on unchanged
+    totals = svc.records.usage_totals(job.key)["summary-model"]
+    assert totals["summary_calls"] == 1

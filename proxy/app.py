@@ -43,7 +43,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
-        summarizers=upstream_summarizers(upstream))
+        summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
                             CheckedLists())
     background = [asyncio.create_task(_purge_spills(context.records)),

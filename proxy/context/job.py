@@ -46,7 +46,8 @@ class Job:
     conversation's usage ``ratio`` (what the stages plan with). ``known``: what the
     conversation's last request tells about this one. ``offload`` runs the plan (in a worker
     thread when new messages must be encoded at length); ``bulk`` runs work over the whole body,
-    such as hashing a covered prefix (in a thread when the body is large)."""
+    such as hashing a covered prefix (in a thread when the body is large). ``window_source``
+    says where the scope's window came from (``X-Context-Window-Source``)."""
 
     principal: Principal
     request: ChatRequest
@@ -61,7 +62,13 @@ class Job:
     bulk: Offload
     force: bool = False
     kind: Literal["auto", "manual"] = "auto"
+    window_source: str = "fallback"
 
-    def forced(self, window: int | None) -> Job:
+    def reported(self, tokens: int) -> int:
+        """An estimate as the client is shown it (headers, dividers): corrected by ``ratio``."""
+        return round(tokens * self.ratio)
+
+    def forced(self, window: int | None, source: str) -> Job:
         """The job again, compacting regardless of the trigger, against ``window``."""
-        return replace(self, scope=self.scope.with_window(window), force=True)
+        return replace(self, scope=self.scope.with_window(window), force=True,
+                       window_source=source)

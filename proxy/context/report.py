@@ -20,7 +20,9 @@ class ContextReport:
     ``estimate_after`` is the uncorrected estimate of what is sent (what the next usage
     correction compares the upstream's count with). ``window`` is the compaction window.
     ``prefix_kept``: tokens at the start of what is sent that the conversation's previous
-    request sent the same (what a provider's prompt cache can serve).
+    request sent the same (what a provider's prompt cache can serve). ``window_source``: where
+    ``window`` came from: ``policy``, ``upstream`` (its ``/v1/models``), ``litellm``,
+    ``learned`` (a limit the upstream stated when it refused a request) or ``fallback``.
     """
 
     conversation_id: str
@@ -35,12 +37,14 @@ class ContextReport:
     divider: CompactionRecord | None = None
     retried: str | None = None
     notes: Mapping[str, str] = field(default_factory=dict)  # further headers, as they are
+    window_source: str = "fallback"
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,
              "X-Context-Tokens-Before": str(self.tokens_before),
              "X-Context-Tokens-After": str(self.tokens_after),
              "X-Context-Window": str(self.window),
+             "X-Context-Window-Source": self.window_source,
              "X-Context-Masked": str(self.masked),
              "X-Context-Compaction": self.outcome,
              "X-Context-Prefix-Kept": str(self.prefix_kept)}

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from proxy.auth import Principal
 from proxy.context.compaction import Compacted, compact
@@ -33,6 +34,7 @@ from proxy.context.usage import UsageCorrection
 from proxy.context.window import WindowResolver
 from proxy.errors import bad_request
 from proxy.metrics import Metrics
+from proxy.policy.model import Policy
 from proxy.policy.service import PolicyService
 from proxy.upstream.client import Upstream
 
@@ -45,10 +47,20 @@ SummarizerFactory = Callable[[Principal, str, float], Summarizer]
 """(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
 
 
-def upstream_summarizers(upstream: Upstream) -> SummarizerFactory:
-    """Summary calls to the upstream through the shared session, with the caller's key."""
+def org_header(org: str) -> str:
+    """The organization as a header value: as it is when printable ASCII, else
+    percent-encoded (a header cannot carry a line break, and non-ASCII bytes are ambiguous)."""
+    return org if org.isascii() and org.isprintable() else quote(org, safe="")
+
+
+def upstream_summarizers(upstream: Upstream,
+                         send_org: Callable[[], bool] = lambda: False) -> SummarizerFactory:
+    """Summary calls to the upstream through the shared session, with the caller's key; they
+    carry ``X-Context-Proxy-Org: <org>`` while ``send_org()`` says so (read per compaction, so
+    a policy reload takes effect at once)."""
     def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s)
+        headers = {"X-Context-Proxy-Org": org_header(principal.org)} if send_org() else None
+        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s, headers)
 
     return make
 
@@ -88,7 +100,7 @@ class ContextService:
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
         policy = self.policies.resolve(principal.org, principal.user)
-        window = await self.windows.window(request.model, policy)
+        window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
         known = self.history.recall(key, request.messages, request.model, request.repeats)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
@@ -98,7 +110,12 @@ class ContextService:
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
-                   force=manual, kind="manual" if manual else "auto")
+                   force=manual, kind="manual" if manual else "auto", window_source=source)
+
+    async def _window(self, model: str, policy: Policy) -> tuple[int | None, str]:
+        """The model's window and its source; an unknown window is the ``fallback``."""
+        window, source = await self.windows.resolve(model, policy)
+        return window, source if window is not None else "fallback"
 
     # --- plan and execute -----------------------------------------------------------------------
 
@@ -134,8 +151,8 @@ class ContextService:
         limit it stated, compact regardless of the trigger and plan once more (never again)."""
         if stated_limit is not None:
             self.windows.learn(job.request.model, stated_limit)
-        window = await self.windows.window(job.request.model, job.policy)
-        return await self.manage(job.forced(window), retried="context_length_exceeded")
+        window, source = await self._window(job.request.model, job.policy)
+        return await self.manage(job.forced(window, source), retried="context_length_exceeded")
 
     def _report(self, job: Job, p: Plan, outcome: Outcome, retried: str | None, *,
                 compacted: Compacted | None = None, divider: CompactionRecord | None = None,
@@ -148,10 +165,10 @@ class ContextService:
         kept = p.kept
         if before is not None:
             kept = self._kept_since(job, before, messages or p.mask.messages)
-        return ContextReport(job.conversation_id, messages, round(p.tokens_before * job.ratio),
-                             round(estimate * job.ratio), estimate,
+        return ContextReport(job.conversation_id, messages, job.reported(p.tokens_before),
+                             job.reported(estimate), estimate,
                              job.scope.compaction_window, len(p.mask.masked), outcome, kept,
-                             divider, retried)
+                             divider, retried, window_source=job.window_source)
 
     def _kept_since(self, job: Job, before: Plan, sent: list[dict[str, Any]]) -> int:
         """Tokens at the start of ``sent`` that ``before``'s previous request sent the same:
@@ -202,18 +219,20 @@ class ContextService:
             return self._report(job, p, "failed", retried), None
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
+        for answer in done.answers:  # paid for, whether the summary is used or not
+            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
+                                 summary=True)
         if not done.gain:
             return self._report(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
-        for answer in done.answers:
-            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
-                                 summary=True)
         self.metrics.summary_tokens.inc(summary_tokens)
         record = await self.records.add_compaction(
             job.principal.org, job.key, kind=job.kind, prefix_hash=phash,
             covered=p.covered, preserved=p.preserved, summary=done.summary,
             summary_model=summary_model, summary_tokens=summary_tokens,
-            tokens_before=p.tokens_before, tokens_after=done.tokens_after, status=done.status,
+            # The divider shows the figures the answer's X-Context-Tokens-* headers show.
+            tokens_before=job.reported(p.tokens_before),
+            tokens_after=job.reported(done.tokens_after), status=done.status,
             truncated=done.truncated)
         self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
@@ -231,7 +250,10 @@ class ContextService:
         if p.mask.masked:
             m.masked_results.labels(org).inc(len(p.mask.masked))
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
-        if report.outcome != "none":
+        # ``insufficient`` counts compactions: a summary made that could not get the list under
+        # the trigger, not each later request that waits (no loops) with the same header.
+        if report.outcome != "none" and (report.outcome != "insufficient"
+                                         or p.action == "summarize"):
             m.compactions.labels(report.outcome).inc()
         if p.rewrote:
             m.prefix_rewrites.labels("mask").inc()

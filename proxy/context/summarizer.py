@@ -52,10 +52,11 @@ CONCURRENCY = 4  # partial summaries requested at once
 
 
 def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str,
-                        timeout_s: float) -> Summarizer:
-    """A ``Summarizer`` calling ``model`` at the upstream with the caller's key. An error, a
-    timeout, a tool call or an empty answer raises ``SummaryFailed``; an error text is never
-    returned as a summary."""
+                        timeout_s: float, headers: Mapping[str, str] | None = None
+                        ) -> Summarizer:
+    """A ``Summarizer`` calling ``model`` at the upstream with the caller's key (and
+    ``headers`` on each call). An error, a timeout, a tool call or an empty answer raises
+    ``SummaryFailed``; an error text is never returned as a summary."""
 
     async def summarize(messages: Prompt, max_tokens: int,
                         tools: Sequence[Any] | None = None) -> Answer:
@@ -65,7 +66,7 @@ def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str,
             payload |= {"tools": list(tools), "tool_choice": "none"}
         try:
             async with asyncio.timeout(timeout_s):
-                answer = await complete(upstream, api_key, payload)
+                answer = await complete(upstream, api_key, payload, headers)
         except TimeoutError:
             raise SummaryFailed(f"summary call timed out after {timeout_s:g} s") from None
         except (CompletionFailed, ApiError) as e:

@@ -114,8 +114,16 @@ class WindowResolver:
 
     def learn(self, model: str, window: int) -> None:
         """Remember a limit the upstream stated when it refused a request as too long; it caps
-        what any other source says for ``model`` from now on."""
-        self._learned[model] = min(window, self._learned.get(model, window))
+        what any other source says for ``model`` from now on (the upstream is the truth). A new
+        or lower limit is logged once, as a warning: a window that shrinks silently would make
+        every later compaction of the model hard to explain."""
+        old = self._learned.get(model)
+        if old is not None and old <= window:
+            return
+        self._learned[model] = window
+        log.warning("context window of model %r learned from an upstream refusal: %d tokens "
+                    "(from now on it caps what the policy, the upstream's /v1/models or litellm "
+                    "say)", model, window)
 
     async def resolve(self, model: str, policy: Policy) -> tuple[int | None, str]:
         """(window, source): source is ``policy``, ``upstream``, ``litellm``, ``learned`` or

@@ -2,7 +2,8 @@
 
 The answer carries the ``X-Context-*`` headers whatever the upstream said. When the upstream
 refuses the request for its context length, the service compacts regardless of the trigger and
-the request is sent once more (the reactive safety net; never twice).
+the request is sent once more (the reactive safety net; never twice), unless that changed
+nothing: the same body would only be refused again, so the refusal is relayed instead.
 """
 
 from __future__ import annotations
@@ -60,12 +61,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport
                    ) -> web.StreamResponse:
-    """Send upstream, retry once on a context-length refusal, relay, record the usage."""
+    """Send upstream, retry once on a context-length refusal that compaction could help with,
+    relay, record the usage."""
     headers = request_headers(request.headers, job.principal.upstream_key, identity=True)
     sent = time.perf_counter()
+    body = job.request.outgoing(report)
     try:
-        resp = await state.upstream.open("POST", PATH, headers, job.request.outgoing(report),
-                                         route="chat")
+        resp = await state.upstream.open("POST", PATH, headers, body, route="chat")
     except ApiError as e:  # unreachable or too slow: still say what the proxy did
         state.metrics.upstream_chat.observe(time.perf_counter() - sent)
         return e.response(headers=report.headers())
@@ -74,11 +76,15 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
             error_body = await read_body(resp)
             if not is_overflow(resp.status, error_body):
                 return _relay_error(state, resp, error_body, report)
+            retry = await state.context.retry_overflow(job, stated_window(error_body))
+            retry = replace(retry, notes=report.notes)
+            again = job.request.outgoing(retry)
+            if again == body:  # compaction could not shrink it: the same refusal again
+                return _relay_error(state, resp, error_body, replace(retry, retried=None))
             resp.release()
-            report = await state.context.retry_overflow(job, stated_window(error_body))
+            report = retry
             try:
-                resp = await state.upstream.open("POST", PATH, headers,
-                                                 job.request.outgoing(report), route="chat")
+                resp = await state.upstream.open("POST", PATH, headers, again, route="chat")
             except ApiError as e:
                 return e.response(headers=report.headers())
         return await _relay_answer(request, state, job, resp, report)

@@ -33,6 +33,10 @@ class OrgSpec:
 class PlatformConfig:
     upstream_url: str = DEFAULT_UPSTREAM_URL
     api_key_env: str = "OPENAI_API_KEY"
+    # Summary calls (only those) name the caller's organization to the upstream in an
+    # X-Context-Proxy-Org header: off unless the platform opts in, since it tells the provider
+    # who the proxy's customers are.
+    send_org_header: bool = False
     auth_mode: str = "proxy_keys"
     defaults: Mapping[str, Any] = field(default_factory=dict)  # flat, validated platform layer
     locks: frozenset[str] = frozenset()
@@ -103,8 +107,13 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}'")
     upstream = _mapping(doc.get("upstream"), where, "upstream")
-    if set(upstream) - {"base_url", "api_key_env"}:
-        raise ConfigError(f"{where}: 'upstream': only 'base_url' and 'api_key_env' are allowed")
+    if set(upstream) - {"base_url", "api_key_env", "send_org_header"}:
+        raise ConfigError(f"{where}: 'upstream': only 'base_url', 'api_key_env' and "
+                          "'send_org_header' are allowed")
+    send_org = upstream.get("send_org_header", False)
+    if not isinstance(send_org, bool):
+        raise ConfigError(f"{where}: 'upstream.send_org_header': expected true or false, "
+                          f"got {send_org!r}")
     auth = _mapping(doc.get("auth"), where, "auth")
     if set(auth) - {"mode"}:
         raise ConfigError(f"{where}: 'auth': only 'mode' is allowed")
@@ -136,6 +145,7 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
     return PlatformConfig(
         upstream_url=url.rstrip("/"),
         api_key_env=key_env,
+        send_org_header=send_org,
         auth_mode=mode,
         defaults=flat_defaults,
         locks=frozenset(locks),

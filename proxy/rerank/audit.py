@@ -7,7 +7,8 @@ the order it would rerank already is. Over one corpus and one set of queries:
   over the upstream's ``/v1/embeddings``), each contributing its top ``depth`` documents, fused
   by reciprocal rank: ``score(d) = sum over legs of 1 / (RRF_K + rank)`` with ``RRF_K = 60``
   and 1-based ranks; ties go to the earlier document of the corpus.
-- **exact order**: every document scored by cosine similarity to the query.
+- **exact order**: every document scored by cosine similarity to the query (numpy, vectorized:
+  5,000 documents of 1,536 dimensions take milliseconds a query).
 - **recall@k** = |fused top-k ∩ exact top-k| / k (k capped at the corpus size); the overall
   figure is the mean over queries.
 
@@ -22,20 +23,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import re
 import sqlite3
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-if TYPE_CHECKING:  # aiohttp is imported when the command runs, not when the CLI parses
+if TYPE_CHECKING:  # aiohttp and numpy are imported when the command runs, not at start-up
     import aiohttp
+    from numpy.typing import NDArray
 
 RRF_K = 60
 DEFAULT_MODEL = "text-embedding-3-small"
+TIE_MARGIN = 1e-9  # far above a float64 product's rounding error on vectors of length 1
+DOT_BLOCK = 512  # rows multiplied at once in the exact sums
 PROGRESS_FROM = 500  # texts to embed from which the progress bar shows by default
 
 
@@ -112,17 +115,59 @@ def keyword_ranking(conn: sqlite3.Connection, query: str, depth: int) -> list[in
     return [int(r[0]) for r in rows]
 
 
-def normalize(vec: Sequence[float]) -> list[float]:
-    norm = math.sqrt(sum(v * v for v in vec))
-    return [v / norm for v in vec] if norm else [0.0] * len(vec)
+def _row_sums(rows: NDArray[Any], other: NDArray[Any]) -> NDArray[Any]:
+    """Each row's dot product with ``other`` (one vector, or a matrix row by row), summed left
+    to right (``cumsum`` is sequential), so every figure is bit for bit what
+    ``sum(a * b for a, b in zip(row, vec))`` gives; in blocks of rows, so the products never
+    take more than a few MiB at once."""
+    import numpy as np
+
+    out = np.zeros(len(rows))
+    if rows.shape[1]:
+        for at in range(0, len(rows), DOT_BLOCK):
+            block = other if other.ndim == 1 else other[at:at + DOT_BLOCK]
+            out[at:at + DOT_BLOCK] = np.cumsum(rows[at:at + DOT_BLOCK] * block, axis=1)[:, -1]
+    return out
 
 
-def cosine_ranking(doc_vecs: Sequence[Sequence[float]], query_vec: Sequence[float]
+def unit_rows(vecs: Sequence[Sequence[float]] | NDArray[Any]) -> NDArray[Any]:
+    """The vectors as the rows of a float64 matrix, each divided by its length (a zero vector
+    stays zero: it is similar to nothing)."""
+    import numpy as np
+
+    m = np.array(vecs, dtype=np.float64)
+    if m.size == 0:
+        m = m.reshape(len(m), 0)
+    if m.ndim != 2:
+        raise ValueError("expected a list of vectors of one size")
+    norms = np.sqrt(_row_sums(m, m))
+    zero = norms == 0
+    m[~zero] /= norms[~zero, None]
+    m[zero] = 0.0
+    return m
+
+
+def cosine_ranking(doc_rows: NDArray[Any], query_row: NDArray[Any], top: int | None = None
                    ) -> list[int]:
-    """Every document position, by cosine similarity (vectors already normalized), best first;
-    ties go to the earlier document."""
-    scores = [sum(a * b for a, b in zip(d, query_vec, strict=True)) for d in doc_vecs]
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    """The ``top`` (default: all) document positions by cosine similarity (rows already of
+    length 1), best first; ties go to the earlier document.
+
+    A matrix product finds the candidates: every document within ``TIE_MARGIN`` of the
+    ``top``-th best score (its summation order moves only the last bits, far below the margin).
+    Those few are scored again summed left to right, and ranked by that: the order is the one
+    a plain Python sum gives, equal similarities tie exactly, and no rounding noise decides."""
+    import numpy as np
+
+    n = len(doc_rows)
+    top = n if top is None else min(top, n)
+    if top <= 0:
+        return []
+    fast = doc_rows @ query_row
+    floor = np.partition(fast, n - top)[n - top] - TIE_MARGIN
+    candidates = np.flatnonzero(fast >= floor)
+    exact = _row_sums(doc_rows[candidates], query_row)
+    order = np.lexsort((candidates, -exact))  # the last key sorts first
+    return [int(candidates[i]) for i in order[:top]]
 
 
 def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
@@ -134,17 +179,23 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
     return sorted(score, key=lambda d: (-score[d], d))
 
 
-def audit(doc_texts: Sequence[str], doc_vecs: Sequence[Sequence[float]],
-          queries: Sequence[tuple[str, str]], query_vecs: Sequence[Sequence[float]],
+def audit(doc_texts: Sequence[str], doc_vecs: Sequence[Sequence[float]] | NDArray[Any],
+          queries: Sequence[tuple[str, str]],
+          query_vecs: Sequence[Sequence[float]] | NDArray[Any],
           k: int, depth: int) -> list[QueryResult]:
-    """recall@k of the fused order against the exact one, per query (see module docstring)."""
-    docs = [normalize(v) for v in doc_vecs]
+    """recall@k of the fused order against the exact one, per query (see module docstring).
+    The exact search is one matrix-vector product per query (numpy, imported here: the proxy
+    itself never needs it)."""
+    if len(queries) != len(query_vecs):
+        raise ValueError("queries and query_vecs differ in length")
+    docs = unit_rows(doc_vecs)
+    qrows = unit_rows(query_vecs)
     conn = keyword_index(doc_texts)
     kk = min(k, len(doc_texts))
     out = []
     try:
-        for (qid, text), qvec in zip(queries, query_vecs, strict=True):
-            exact = cosine_ranking(docs, normalize(qvec))
+        for (qid, text), qrow in zip(queries, qrows, strict=True):
+            exact = cosine_ranking(docs, qrow, max(kk, depth))
             fused = rrf([keyword_ranking(conn, text, depth), exact[:depth]])
             hits = len(set(fused[:kk]) & set(exact[:kk]))
             out.append(QueryResult(qid, text, hits, kk, fused[:kk], exact[:kk]))

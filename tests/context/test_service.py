@@ -19,7 +19,7 @@ from proxy.auth import Principal
 from proxy.context.job import ChatRequest
 from proxy.context.offload import run_inline, run_off_loop
 from proxy.context.records import Records
-from proxy.context.service import ContextService
+from proxy.context.service import ContextService, org_header
 from proxy.context.stages.messages import is_summary
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.tokens import TokenCounter
@@ -135,12 +135,12 @@ async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
     first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
     assert first.outcome == "insufficient" and first.divider is not None
     assert len(summaries.calls) == 1
-    # One more turn moves the cut past older messages (something new to summarize), but adds
-    # less than a keep window (800 tokens): no new summary yet.
+    # One more turn moves the cut past older messages (something new to summarize), but less
+    # than masking.min_free_ratio × window (400 tokens) of it: no new summary yet.
     small = [*msgs, *tool_turn("read_file", words(300, 99)), assistant("Step 20 done.")]
     again = await svc.manage(await svc.prepare(ALICE, chat(small), "c1"))
     assert again.outcome == "insufficient" and len(summaries.calls) == 1
-    big = small + history(turns=6)[2:]  # more than a keep window's worth of new messages
+    big = small + history(turns=6)[2:]  # well over 400 tokens of new messages
     later = await svc.manage(await svc.prepare(ALICE, chat(big), "c1"))
     assert len(summaries.calls) == 2 and later.outcome == "insufficient"
 
@@ -275,3 +275,25 @@ async def test_a_summary_longer_than_asked_is_cut_at_a_sentence_and_marked(
     other = service(tmp_path / "other", fitting)
     normal = await other.manage(await other.prepare(ALICE, chat(history(turns=30)), "c1"))
     assert normal.divider is not None and not normal.divider.truncated
+
+
+def test_the_organization_header_value_is_safe_for_any_name() -> None:
+    assert org_header("acme") == "acme"
+    assert org_header("Acme Corp (EU)") == "Acme Corp (EU)"
+    assert org_header("müller\r\nX-Evil: 1") == "m%C3%BCller%0D%0AX-Evil%3A%201"
+
+
+async def test_a_summary_too_long_to_use_is_still_counted_as_a_summary_call(
+        tmp_path: Path) -> None:
+    # The summary may take 2,400 tokens; the reply fills them, more than the ~1,000 tokens it
+    # would replace: the list would not shrink, so it is not used. The call was paid for.
+    summaries = Summaries(reply=words(3_000, 5))
+    svc = service(tmp_path, summaries, **{"compaction.summary_ratio": 0.3})
+    msgs = history(turns=10, size=60, head=words(6_600, 1))
+    job = await svc.prepare(ALICE, chat(msgs), "c1")
+    report = await svc.manage(job)
+    assert len(summaries.calls) == 1
+    assert report.outcome == "insufficient" and report.divider is None
+    assert report.messages is None  # the client's list goes on unchanged
+    totals = svc.records.usage_totals(job.key)["summary-model"]
+    assert totals["summary_calls"] == 1

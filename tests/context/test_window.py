@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -135,3 +136,23 @@ def test_compaction_window_falls_back() -> None:
     assert Scope(Policy(), None, counter, "m").compaction_window == 200_000
     assert Scope(Policy(fallback_window=50_000), None, counter, "m").compaction_window == 50_000
     assert Scope(Policy(), 32_768, counter, "m").compaction_window == 32_768
+
+
+async def test_a_learned_limit_caps_every_source_and_is_logged_when_it_changes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="proxy.context.window")
+    resolver = WindowResolver(Upstream(), litellm_lookup=None)
+    assert await resolver.resolve("my-llama", POLICY) == (32_768, "policy")
+    resolver.learn("my-llama", 16_000)
+    assert await resolver.resolve("my-llama", POLICY) == (16_000, "learned")
+    resolver.learn("my-llama", 16_000)  # the same refusal again: nothing new to say
+    resolver.learn("my-llama", 20_000)  # a higher figure never loosens the cap
+    assert await resolver.resolve("my-llama", POLICY) == (16_000, "learned")
+    resolver.learn("my-llama", 12_000)
+    assert await resolver.resolve("my-llama", POLICY) == (12_000, "learned")
+    resolver.learn("vllm-model", 100_000)  # above what the upstream says: it stays upstream's
+    assert await resolver.resolve("vllm-model", POLICY) == (65_536, "upstream")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and all(r.levelno == logging.WARNING for r in caplog.records)
+    assert "'my-llama'" in lines[0] and "16000 tokens" in lines[0]
+    assert "12000 tokens" in lines[1] and "'vllm-model'" in lines[2]

@@ -62,6 +62,9 @@ orgs:
     ({"orgs": {"acme": {"policy": {"masking": {"enabled": "yes"}}}}},
      "orgs.acme.policy.masking.enabled"),
     ({"models": {"m": {"context_window": -1}}}, "models"),
+    ({"upstream": {"send_org_header": "yes"}}, "upstream.send_org_header"),
+    ({"upstream": {"send_org_header": 1}}, "upstream.send_org_header"),
+    ({"upstream": {"send_org_headers": True}}, "send_org_header"),
 ])
 def test_invalid_platform_names_file_and_key(doc: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -91,3 +94,12 @@ def test_bad_spill_retention(value: object) -> None:
 
     with pytest.raises(PolicyError, match=r"masking\.spill_retention"):
         validate_layer({"masking.spill_retention": value})
+
+
+def test_the_organization_header_of_summary_calls_is_opt_in() -> None:
+    assert PlatformConfig().send_org_header is False
+    assert parse_platform({}, "platform.yaml").send_org_header is False
+    on = parse_platform({"upstream": {"send_org_header": True}}, "platform.yaml")
+    assert on.send_org_header is True
+    assert parse_platform({"upstream": {"send_org_header": False}}, "p.yaml").send_org_header \
+        is False

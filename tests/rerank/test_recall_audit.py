@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import random
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,12 +17,15 @@ import pytest
 from proxy.cli import main
 from proxy.rerank.audit import (
     Progress,
+    QueryResult,
     audit,
+    cosine_ranking,
     keyword_index,
     keyword_ranking,
     load_jsonl,
     match_expression,
     rrf,
+    unit_rows,
 )
 from proxy.testing.fake_upstream import embed
 from proxy.testing.harness import Harness
@@ -148,3 +156,90 @@ def test_progress_bar() -> None:
     quiet = io.StringIO()
     Progress(10, "x", quiet, enabled=False).advance(10)
     assert quiet.getvalue() == ""
+
+
+# --- the exact search: numpy, with the figures of the plain-Python search it replaced ---------
+
+
+def reference_ranking(doc_vecs: Sequence[Sequence[float]], query_vec: Sequence[float]
+                      ) -> list[int]:
+    """The exact order as the audit computed it before numpy, kept as the oracle: normalize,
+    sum the products left to right, sort by (-score, position)."""
+    def normalize(vec: Sequence[float]) -> list[float]:
+        norm = math.sqrt(sum(v * v for v in vec))
+        return [v / norm for v in vec] if norm else [0.0] * len(vec)
+
+    docs, q = [normalize(d) for d in doc_vecs], normalize(query_vec)
+    scores = [sum(a * b for a, b in zip(d, q, strict=True)) for d in docs]
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def reference_audit(doc_texts: list[str], doc_vecs: list[list[float]],
+                    queries: list[tuple[str, str]], query_vecs: list[list[float]], k: int,
+                    depth: int) -> list[QueryResult]:
+    conn = keyword_index(doc_texts)
+    kk = min(k, len(doc_texts))
+    out = []
+    for (qid, text), qvec in zip(queries, query_vecs, strict=True):
+        exact = reference_ranking(doc_vecs, qvec)
+        fused = rrf([keyword_ranking(conn, text, depth), exact[:depth]])
+        out.append(QueryResult(qid, text, len(set(fused[:kk]) & set(exact[:kk])), kk,
+                               fused[:kk], exact[:kk]))
+    conn.close()
+    return out
+
+
+@pytest.mark.parametrize(("k", "depth"), [(1, 5), (3, 5), (8, 50), (20, 10), (60, 60)])
+def test_numpy_search_gives_the_figures_of_the_plain_python_one(k: int, depth: int) -> None:
+    docs, queries = load_jsonl(CORPUS, "text"), load_jsonl(QUERIES, "query")
+    texts = [t for _, t in docs]
+    dvecs, qvecs = [embed(t) for t in texts], [embed(q) for _, q in queries]
+    # The fake's word-hash embeddings tie often (equal similarities that a different summation
+    # order would tell apart in the last bits): the orders must still be the same.
+    assert audit(texts, dvecs, queries, qvecs, k, depth) == \
+        reference_audit(texts, dvecs, queries, qvecs, k, depth)
+
+
+def test_full_orders_match_on_vectors_full_of_ties() -> None:
+    rng = random.Random(3)
+    docs = [[rng.choice([-1.0, 0.0, 0.5, 1.0]) for _ in range(12)] for _ in range(300)]
+    docs[7] = [0.0] * 12  # a zero vector is similar to nothing
+    rows = unit_rows(docs)
+    for _ in range(20):
+        q = [rng.choice([-1.0, 0.0, 1.0]) for _ in range(12)]
+        want = reference_ranking(docs, q)
+        assert cosine_ranking(rows, unit_rows([q])[0]) == want
+        assert cosine_ranking(rows, unit_rows([q])[0], 10) == want[:10]
+    assert cosine_ranking(rows, unit_rows([[0.0] * 12])[0], 3) == [0, 1, 2]  # all tied
+    assert cosine_ranking(unit_rows([]), unit_rows([[1.0]])[0]) == []
+
+
+def test_realistic_size_5000_documents_of_1536_dimensions() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    docs = rng.standard_normal((5_000, 1_536))
+    planted = [3, 1_234, 4_999]  # each query is a slightly moved copy of one document
+    qvecs = docs[planted] + 0.05 * rng.standard_normal((len(planted), 1_536))
+    texts = [f"document {i} topic{i % 50}" for i in range(5_000)]
+    queries = [(f"q{n}", f"topic{p % 50}") for n, p in enumerate(planted)]
+    results = audit(texts, docs.tolist(), queries, qvecs.tolist(), k=10, depth=50)
+    assert [r.exact[0] for r in results] == planted
+    unit = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    for r, q in zip(results, qvecs, strict=True):
+        plain = np.argsort(-(unit @ (q / np.linalg.norm(q))))[:10]  # no near ties here
+        assert r.exact == plain.tolist() and r.k == 10 and 0 <= r.recall <= 1
+        assert r.exact[0] in r.fused  # the planted twin is first in both legs' fusion
+
+
+def test_the_proxy_starts_without_numpy() -> None:
+    """numpy is imported by the audit when it runs, never by the proxy's own start-up path."""
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "import proxy.app, proxy.cli, proxy.rerank.audit\n"
+            "from proxy.rerank.audit import audit\n"
+            "try:\n    audit(['a'], [[1.0]], [('q', 'a')], [[1.0]], 1, 1)\n"
+            "except ImportError:\n    print('audit needs numpy')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "audit needs numpy"

@@ -38,8 +38,6 @@ class Prior(Protocol):
     def summary(self) -> str: ...
     @property
     def status(self) -> str: ...
-    @property
-    def tokens_after(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -126,7 +124,7 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
     before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
-    action = _decide(view, mask, cplan, force)
+    action = _decide(view, cplan, force, scope)
     previous = previous_point(view.messages)
     end = previous if mask.first_change is None else min(previous, mask.first_change)
     kept = kept_tokens(scope, mask.message_tokens, end) if previous else 0
@@ -171,7 +169,7 @@ def kept_tokens(scope: Scope, message_tokens: Sequence[int], n: int) -> int:
     return scope.tools_tokens + sum(message_tokens[:n])
 
 
-def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: bool) -> Action:
+def _decide(view: View, cplan: CompactionPlan | None, force: bool, scope: Scope) -> Action:
     if cplan is None:
         return "forward"
     summary_at = len(view.prior.preserved) if view.prior is not None else -1
@@ -179,8 +177,9 @@ def _decide(view: View, mask: MaskResult, cplan: CompactionPlan | None, force: b
         return "insufficient"  # nothing new before the cut: only the summary would be redone
     last = view.prior
     if not force and last is not None and last.status == "insufficient" and \
-            mask.tokens_after < last.tokens_after + cplan.keep_budget:
-        # No loops: the last summary could not get under the trigger; wait for a keep
-        # window's worth of new messages before paying for another.
+            cplan.new_tokens < scope.policy.masking.min_free_ratio * cplan.window:
+        # No loops: the last summary could not get under the trigger. Everything the summary
+        # would take beyond it (the earlier summary itself aside) is new since then: wait until
+        # that is worth a summary call, the same threshold a masking step must free.
         return "insufficient"
     return "summarize"

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from proxy import console
 from proxy.auth import Authenticator
 from proxy.context.records import Records
 from proxy.context.service import ContextService, upstream_summarizers
@@ -123,4 +124,5 @@ def create_app(settings: Settings) -> web.Application:
     relay.add_routes(app)  # the catch-all: last of the /v1 routes
     if settings.admin_token:  # no token: the admin API does not exist (plain 404)
         admin.add_routes(app)
+        console.add_routes(app, settings.admin_token)
     return app

@@ -95,6 +95,25 @@ def _m006_truncated_summaries(db: sqlite_utils.Database) -> None:
     db.table("compactions").add_column("truncated", int, not_null_default=0)
 
 
+def _m007_usage_hourly(db: sqlite_utils.Database) -> None:
+    # Per organization, user and hour: what the proxy received and sent (its estimates), what
+    # the upstream reported, and the compaction outcomes, for the console's charts and totals
+    # (the Prometheus registry restarts empty). Written in batches with usage_totals.
+    counts = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
+              "outcome_auto", "outcome_manual", "outcome_reused", "outcome_failed",
+              "outcome_insufficient")
+    db.table("usage_hourly").create(
+        {"org": str, "user": str, "hour": int, **dict.fromkeys(counts, int)},
+        pk=("org", "user", "hour"), defaults=dict.fromkeys(counts, 0),
+        not_null={"org", "user", "hour"})
+    db.table("usage_hourly").create_index(["hour"])
+    # The conversation's client-facing id and its last turn, for the console's list.
+    for column, kind in (("public_id", str), ("last_tokens_before", int),
+                         ("last_tokens_after", int)):
+        db.table("conversations").add_column(column, kind)
+    db.table("conversations").create_index(["org", "updated_at"])
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -102,6 +121,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("004_drop_unused_columns", _m004_drop_unused_columns),
     ("005_usage_totals", _m005_usage_totals),
     ("006_truncated_summaries", _m006_truncated_summaries),
+    ("007_usage_hourly", _m007_usage_hourly),
 ]
 
 

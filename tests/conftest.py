@@ -69,3 +69,7 @@ def client(sdk: Callable[[Harness, str], openai.OpenAI], harness: Harness,
 async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenAI]:
     async with openai.AsyncOpenAI(base_url=harness.base_url, api_key=key, max_retries=0) as c:
         yield c
+
+
+# The admin console's fixtures (start_console, console, browser, page) live with its helpers.
+from console_support import browser, console, page, start_console  # noqa: E402, F401

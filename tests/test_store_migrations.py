@@ -48,14 +48,15 @@ def _old_database(path: Path) -> sqlite_utils.Database:
 def test_new_migrations_are_appended_after_the_released_ones() -> None:
     assert [name for name, _ in MIGRATIONS] == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
-        "005_usage_totals", "006_truncated_summaries"]
+        "005_usage_totals", "006_truncated_summaries", "007_usage_hourly"]
 
 
 def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
     db = sqlite_utils.Database(tmp_path / "fresh.db")
     assert migrate(db) == [name for name, _ in MIGRATIONS]
     assert _columns(db, "conversations") == {
-        "id", "org", "created_at", "updated_at", "usage_prompt_tokens", "usage_estimate"}
+        "id", "org", "created_at", "updated_at", "usage_prompt_tokens", "usage_estimate",
+        "public_id", "last_tokens_before", "last_tokens_after"}
     assert _columns(db, "compactions") == set(COMPACTION) - {"text"} | {"truncated"}
 
 
@@ -65,11 +66,13 @@ def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) ->
         assert column in _columns(db, table)
 
     assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals",
-                           "006_truncated_summaries"]
+                           "006_truncated_summaries", "007_usage_hourly"]
 
     for table, column in DROPPED.items():
         assert column not in _columns(db, table)
-    assert list(db.table("conversations").rows) == [_without(CONVERSATION, "usage_messages")]
+    assert list(db.table("conversations").rows) == [{
+        **_without(CONVERSATION, "usage_messages"), "public_id": None,
+        "last_tokens_before": None, "last_tokens_after": None}]
     assert list(db.table("compactions").rows) == [{**_without(COMPACTION, "text"),
                                                    "truncated": 0}]
     assert db.table("conversations").pks == ["id"]

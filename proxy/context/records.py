@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.context.hourly import HourlyUsage
 from proxy.context.stages.mask import Spill
 from proxy.store import Store
 
@@ -82,6 +83,7 @@ class Records:
         self._known: OrderedDict[str, None] = OrderedDict()
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
         self._pending: dict[tuple[str, str, str], list[int]] = {}
+        self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
 
     @staticmethod
     def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
@@ -239,9 +241,11 @@ class Records:
     # --- what the upstream reported (prompt cache accounting) ---------------------------------
 
     def add_upstream_usage(self, org: str, conversation: str, model: str, prompt_tokens: int,
-                           cached_tokens: int, *, summary: bool = False) -> None:
+                           cached_tokens: int, *, summary: bool = False,
+                           user: str | None = None) -> None:
         """Count one upstream call of the conversation; written by ``flush_usage`` (in batches,
         so a busy conversation does not cost a disk write per turn)."""
+        self.hourly.upstream(org, user, prompt_tokens, cached_tokens)
         row = self._pending.setdefault((org, conversation, model), [0] * len(_TOTALS))
         at = 3 if summary else 0
         row[at] += 1
@@ -250,9 +254,10 @@ class Records:
 
     async def flush_usage(self) -> None:
         """Write the usage counted since the last flush, in one transaction."""
-        if not self._pending:
+        if not self._pending and not self.hourly.rows and not self.hourly.turns:
             return
         pending, self._pending = self._pending, {}
+        hourly = self.hourly.take()
         now = time.time()
         assignments = ", ".join(f"{c} = {c} + excluded.{c}" for c in _TOTALS)
 
@@ -266,10 +271,12 @@ class Records:
                         f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
                         "updated_at = excluded.updated_at",
                         [conversation, model, *deltas, now])
+                hourly.write(self.store.db)
 
         try:
             await self.store.write(write)
         except BaseException:
+            self.hourly.restore(hourly)
             for key, deltas in pending.items():  # keep them for the next flush
                 row = self._pending.setdefault(key, [0] * len(_TOTALS))
                 for i, d in enumerate(deltas):

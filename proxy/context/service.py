@@ -247,6 +247,8 @@ class ContextService:
         m = self.metrics
         org = job.principal.org
         m.tokens(org, job.request.model, report.tokens_before, report.tokens_after)
+        self.records.hourly.turn(org, job.principal.user, job.key, job.conversation_id,
+                                 report.tokens_before, report.tokens_after, report.outcome)
         if p.mask.masked:
             m.masked_results.labels(org).inc(len(p.mask.masked))
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
@@ -274,5 +276,6 @@ class ContextService:
                         summary: bool = False) -> None:
         self.metrics.upstream_usage(model, prompt_tokens, cached_tokens)
         self.records.add_upstream_usage(job.principal.org, job.key, model, prompt_tokens,
-                                        cached_tokens, summary=summary)
+                                        cached_tokens, summary=summary,
+                                        user=job.principal.user)
 

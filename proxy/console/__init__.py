@@ -1,0 +1,22 @@
+"""The admin console: server-rendered pages under ``/admin/ui/`` (SPEC section 10).
+
+Registered by ``proxy.app`` only when ``CONTEXT_PROXY_ADMIN_TOKEN`` is set (otherwise every
+``/admin/ui/`` path is a plain 404, like the admin API). Templates and the one script and style
+file ship as package data, so the console needs no build step and works offline.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.console import pages, policy
+from proxy.console.session import PATH, Sessions
+from proxy.console.web import SESSIONS, static
+
+
+def add_routes(app: web.Application, admin_token: str) -> None:
+    """Register the console's routes; call only when an admin token is configured."""
+    app[SESSIONS] = Sessions(admin_token)
+    app.router.add_get(PATH + "static/{name}", static, name="console_static")
+    pages.add_routes(app)
+    policy.add_routes(app)

@@ -1,0 +1,155 @@
+"""Sign-in and sign-out, the organizations overview, and an organization's conversations.
+
+The overview and the conversation pages first write the usage counted in memory
+(``Records.flush_usage``, otherwise done every 2 s), so they show every request answered so far.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from proxy.console import queries
+from proxy.console.chart import chart
+from proxy.console.session import COOKIE, PATH
+from proxy.console.web import (
+    SESSIONS,
+    Refused,
+    page,
+    render,
+    require_session,
+    require_write,
+    session_of,
+    target,
+)
+from proxy.policy.rows import key_counts
+from proxy.state import STATE
+
+
+@page
+async def login_page(request: web.Request) -> web.StreamResponse:
+    if session_of(request) is not None:
+        raise web.HTTPSeeOther(PATH)
+    return render(request, "login.html", error=None,
+                  signed_out=request.query.get("signed_out") == "1")
+
+
+@page
+async def login(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    token = form.get("token")
+    sessions = request.app[SESSIONS]
+    if not isinstance(token, str) or not token or not sessions.admin_token_matches(token):
+        return render(request, "login.html", status=401, signed_out=False,
+                      error="That is not the admin token (CONTEXT_PROXY_ADMIN_TOKEN).")
+    cookie, _ = sessions.issue()
+    resp = web.HTTPSeeOther(PATH)
+    resp.set_cookie(COOKIE, cookie, max_age=sessions.ttl_s, path=PATH, httponly=True,
+                    samesite="Strict", secure=request.secure)
+    raise resp
+
+
+@page
+async def logout(request: web.Request) -> web.StreamResponse:
+    session, _ = await require_write(request)
+    request.app[SESSIONS].end(session)
+    resp = web.HTTPSeeOther(PATH + "login?signed_out=1")
+    resp.del_cookie(COOKIE, path=PATH)
+    raise resp
+
+
+async def _flushed(request: web.Request) -> None:
+    await request.app[STATE].context.records.flush_usage()
+
+
+def _org_entry(org: dict[str, Any], usage: queries.OrgUsage,
+               series: dict[str, list[int]]) -> dict[str, Any]:
+    names = sorted(set(org["users"]) | set(usage.users))
+    return {"org": org["org"], "managed_by": org["managed_by"], "totals": usage.org,
+            "quoted": quote(org["org"], safe=""),
+            "users": [(u, quote(u, safe=""), usage.users.get(u, queries.Totals()))
+                      for u in names],
+            "chart": chart(series, queries.HOURS)}
+
+
+@page
+async def overview(request: web.Request) -> web.StreamResponse:
+    require_session(request)
+    state = request.app[STATE]
+    await _flushed(request)
+    await state.policies.refresh()
+    conn = state.store.reader
+    usage = queries.usage_by_org(conn)
+    series = queries.hourly_series(conn)
+    orgs = {o["org"]: o for o in state.policies.list_orgs(key_counts(conn))}
+    for name in usage:  # an organization known only by its traffic (passthrough's default)
+        orgs.setdefault(name, {"org": name, "managed_by": state.policies.managed_by(name),
+                               "users": []})
+    entries = [_org_entry(orgs[name], usage.get(name, queries.OrgUsage()), series.get(name, {}))
+               for name in sorted(orgs)]
+    return render(request, "overview.html", orgs=entries, hours=queries.HOURS)
+
+
+@page
+async def conversations_page(request: web.Request) -> web.StreamResponse:
+    require_session(request)
+    org, _ = target(request)
+    await _flushed(request)
+    rows = queries.conversations(request.app[STATE].store.reader, org)
+    return render(request, "conversations.html", org=org, quoted=quote(org, safe=""),
+                  conversations=rows, limit=queries.LIST_LIMIT)
+
+
+def _conversation(request: web.Request) -> tuple[str, str, dict[str, Any]]:
+    org, _ = target(request)
+    key = request.match_info["conversation"]
+    found = queries.conversation(request.app[STATE].store.reader, org, key)
+    if found is None:
+        raise Refused(404, "No such conversation in this organization.")
+    return org, key, found
+
+
+@page
+async def conversation_page(request: web.Request) -> web.StreamResponse:
+    require_session(request)
+    await _flushed(request)
+    org, key, found = _conversation(request)
+    state = request.app[STATE]
+    summaries = queries.summaries(state.store.reader, key)
+    dividers = [{**d, "summary": summaries.get(d["id"], "")}
+                for d in state.context.records.dividers(key)]
+    return render(request, "conversation.html", org=org, quoted=quote(org, safe=""), key=key,
+                  conversation=found, dividers=dividers,
+                  spills=queries.spills(state.store.reader, key))
+
+
+@page
+async def spill_page(request: web.Request) -> web.StreamResponse:
+    """One retained spill's original text (opened on demand from the conversation page)."""
+    require_session(request)
+    org, key, found = _conversation(request)
+    spill = request.app[STATE].context.records.spill(key, request.match_info["spill"])
+    if spill is None:
+        raise Refused(404, "No such spill (or it expired).")
+    return render(request, "spill.html", org=org, quoted=quote(org, safe=""), key=key,
+                  conversation=found, spill=spill)
+
+
+async def to_console(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPPermanentRedirect(PATH)
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(PATH.rstrip("/"), to_console, name="console_redirect")
+    r.add_get(PATH, overview, name="console_overview")
+    r.add_get(PATH + "login", login_page, name="console_login_page")
+    r.add_post(PATH + "login", login, name="console_login")
+    r.add_post(PATH + "logout", logout, name="console_logout")
+    r.add_get(PATH + "orgs/{org}/conversations", conversations_page,
+              name="console_conversations")
+    base = PATH + "orgs/{org}/conversations/{conversation}"
+    r.add_get(base, conversation_page, name="console_conversation")
+    r.add_get(base + "/spills/{spill}", spill_page, name="console_spill")

@@ -1,0 +1,107 @@
+"""Hourly usage per organization and user (table ``usage_hourly``, migration 007), and each
+conversation's last turn (columns of ``conversations``).
+
+Counted in memory on the request path (a few additions, no I/O) and written in batches by
+``Records.flush_usage``, in the same transaction as ``usage_totals``: the admin console's totals
+and charts read them, since the Prometheus registry restarts empty.
+
+Per hour: ``requests``; ``tokens_received`` and ``tokens_sent`` (the proxy's estimates of the
+transcript as the client sent it and as it went upstream); ``prompt_tokens`` and
+``cached_tokens`` (what the upstream reported, main and summary calls alike); and one count per
+compaction outcome other than ``none``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+OUTCOMES = ("auto", "manual", "reused", "failed", "insufficient")
+COUNTS = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
+          *(f"outcome_{o}" for o in OUTCOMES))
+_PROMPT, _CACHED = COUNTS.index("prompt_tokens"), COUNTS.index("cached_tokens")
+
+Row = tuple[str, str, int]  # (org, user or '', hour start in epoch seconds)
+
+
+def hour_of(t: float) -> int:
+    """The start of ``t``'s hour, in epoch seconds."""
+    return int(t // 3600) * 3600
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A conversation's last managed request: its organization, public id and token figures."""
+
+    org: str
+    public_id: str
+    before: int
+    after: int
+    at: float
+
+
+@dataclass
+class HourlyUsage:
+    """What was counted since the last flush."""
+
+    rows: dict[Row, list[int]] = field(default_factory=dict)
+    turns: dict[str, Turn] = field(default_factory=dict)  # conversation key -> its last turn
+
+    def _row(self, org: str, user: str | None, now: float) -> list[int]:
+        return self.rows.setdefault((org, user or "", hour_of(now)), [0] * len(COUNTS))
+
+    def turn(self, org: str, user: str | None, conversation: str, public_id: str,
+             before: int, after: int, outcome: str, now: float | None = None) -> None:
+        """Count one managed request of ``conversation`` and remember it as its last turn."""
+        now = time.time() if now is None else now
+        row = self._row(org, user, now)
+        row[0] += 1
+        row[1] += before
+        row[2] += after
+        if outcome in OUTCOMES:
+            row[5 + OUTCOMES.index(outcome)] += 1
+        self.turns[conversation] = Turn(org, public_id, before, after, now)
+
+    def upstream(self, org: str, user: str | None, prompt_tokens: int, cached_tokens: int,
+                 now: float | None = None) -> None:
+        """Count what the upstream reported for one call."""
+        row = self._row(org, user, time.time() if now is None else now)
+        row[_PROMPT] += prompt_tokens
+        row[_CACHED] += cached_tokens
+
+    def take(self) -> HourlyUsage:
+        """Hand over what was counted and start afresh."""
+        batch = HourlyUsage(self.rows, self.turns)
+        self.rows, self.turns = {}, {}
+        return batch
+
+    def restore(self, batch: HourlyUsage) -> None:
+        """Put back a batch whose write failed, for the next flush (newer turns win)."""
+        for key, counts in batch.rows.items():
+            row = self.rows.setdefault(key, [0] * len(COUNTS))
+            for i, n in enumerate(counts):
+                row[i] += n
+        for conversation, turn in batch.turns.items():
+            self.turns.setdefault(conversation, turn)
+
+    def write(self, db: sqlite_utils.Database) -> None:
+        """Add the batch to the tables; the caller holds the transaction."""
+        names = ", ".join(COUNTS)
+        add = ", ".join(f"{c} = {c} + excluded.{c}" for c in COUNTS)
+        sql = (f"INSERT INTO usage_hourly (org, user, hour, {names}) VALUES (?, ?, ?, "
+               f"{', '.join('?' * len(COUNTS))}) ON CONFLICT(org, user, hour) DO UPDATE SET {add}")
+        for (org, user, hour), counts in self.rows.items():
+            db.execute(sql, [org, user, hour, *counts])
+        for conversation, t in self.turns.items():
+            db.execute(
+                "INSERT INTO conversations (id, org, created_at, updated_at, public_id, "
+                "last_tokens_before, last_tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET public_id = excluded.public_id, "
+                "last_tokens_before = excluded.last_tokens_before, "
+                "last_tokens_after = excluded.last_tokens_after, "
+                "updated_at = MAX(COALESCE(updated_at, 0), excluded.updated_at)",
+                [conversation, t.org, t.at, t.at, t.public_id, t.before, t.after])

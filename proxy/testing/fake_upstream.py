@@ -22,6 +22,7 @@ from aiohttp import web
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.token_formula import REPLY_PRIMING
+from proxy.testing import fake_apis
 from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
 from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
 
@@ -162,6 +163,8 @@ class FakeUpstream:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post(fake_apis.MESSAGES, self._other_api)
+        app.router.add_post(fake_apis.RESPONSES, self._other_api)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
         return app
 
@@ -215,17 +218,45 @@ class FakeUpstream:
 
     # --- handlers ---------------------------------------------------------------------------
 
+    def measure(self, chat: dict[str, Any]) -> tuple[int, list[int], int]:
+        """A chat-shaped request's prompt tokens as the fake bills them, its per-message
+        counts and its tools' tokens."""
+        counter = _token_counter()
+        per_message = counter.message_token_list(chat["messages"], "gpt-4o")
+        tools_tokens = counter.tools_tokens(chat.get("tools"), "gpt-4o")
+        prompt = round((sum(per_message) + tools_tokens + REPLY_PRIMING) * self.usage_scale)
+        return prompt, per_message, tools_tokens
+
+    async def respond(self, request: web.Request, chat: dict[str, Any],
+                      fault: Fault | None) -> dict[str, Any]:
+        """The assistant message for a chat-shaped request: a summary for the proxy's own
+        summary calls, else the responder's."""
+        if is_summary_request(chat):
+            await asyncio.sleep(self.summary_delay_s)
+            message: dict[str, Any] = {"role": "assistant", "content": self.summarizer(chat)}
+        else:
+            answer = self.responder(chat)
+            message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
+        assert isinstance(message, dict)
+        if fault is not None and fault.mode == "huge":
+            message = {"role": "assistant", "content": "0123456789abcdef" * (HUGE_CHARS // 16)}
+        return message
+
+    def cached(self, request: web.Request, chat: dict[str, Any], measured: tuple[int, list[int],
+               int]) -> int:
+        """What the emulated prompt cache serves of this prompt (per key and model)."""
+        prompt, per_message, tools_tokens = measured
+        key = request.headers.get("Authorization") or request.headers.get("x-api-key") or ""
+        return min(prompt, self.cache.cached_tokens(key, chat, per_message, tools_tokens))
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
         body = rec.json
         fault, early = await self._scripted(request, body)
         if early is not None:
             return early
-        counter = _token_counter()
-        per_message = counter.message_token_list(body["messages"], "gpt-4o")
-        tools_tokens = counter.tools_tokens(body.get("tools"), "gpt-4o")
-        prompt_tokens = round((sum(per_message) + tools_tokens + REPLY_PRIMING)
-                              * self.usage_scale)
+        measured = self.measure(body)
+        prompt_tokens = measured[0]
         window = self.models.get(body.get("model", ""))
         if self.enforce_windows and window and prompt_tokens > window:
             return web.json_response({"error": {
@@ -233,17 +264,8 @@ class FakeUpstream:
                            f"your messages resulted in {prompt_tokens} tokens.",
                 "type": "invalid_request_error", "param": "messages",
                 "code": "context_length_exceeded"}}, status=400)
-        if is_summary_request(body):
-            await asyncio.sleep(self.summary_delay_s)
-            message: dict[str, Any] = {"role": "assistant", "content": self.summarizer(body)}
-        else:
-            answer = self.responder(body)
-            message = await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[assignment]
-        assert isinstance(message, dict)
-        if fault is not None and fault.mode == "huge":
-            message = {"role": "assistant", "content": "0123456789abcdef" * (HUGE_CHARS // 16)}
-        cached = min(prompt_tokens, self.cache.cached_tokens(
-            request.headers.get("Authorization", ""), body, per_message, tools_tokens))
+        message = await self.respond(request, body, fault)
+        cached = self.cached(request, body, measured)
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
                                  "total_tokens": prompt_tokens + 8,
                                  "prompt_tokens_details": {"cached_tokens": cached}}
@@ -255,6 +277,9 @@ class FakeUpstream:
             "model": body["model"], "choices": [{"index": 0, "message": message,
                                                  "finish_reason": _finish(message)}],
             "usage": usage}, fault)
+
+    async def _other_api(self, request: web.Request) -> web.StreamResponse:
+        return await fake_apis.answer(self, request)
 
     async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
                       ) -> web.StreamResponse:

@@ -1,0 +1,55 @@
+"""Adapters between another API's request and the chat-style message list the stages work on.
+
+Each adapter reads a request body into ``Adapted``: the chat-style ``messages`` (and ``tools``)
+the stages plan with, and the way back, ``encode``, which turns the list the stages return into
+that API's body. An adapter remembers where each chat-style message came from, so a message the
+stages kept comes back as the client's own object, untouched; only a masked result (its output
+replaced by the placeholder) and the summary are new. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Encode = Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
+
+
+@dataclass(frozen=True, eq=False)
+class Adapted:
+    """A request read for the stages. ``encode(messages)`` is the request body for a list the
+    stages made of ``messages`` (kept objects, masked copies, a summary); ``prompt(messages,
+    system)`` the same list as that API's message list for a summary call (``system``: the
+    instructions that replace the request's own, or ``None`` to keep them)."""
+
+    api: str  # "messages" (Anthropic) or "responses" (OpenAI Responses)
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    encode: Encode
+    prompt: Callable[[Sequence[dict[str, Any]], str | None], dict[str, Any]]
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class AdapterError(ValueError):
+    """The request cannot be read (a broken tool sequence, a wrong type): ``param`` names
+    where."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def function_tools(tools: Any, schema_key: str, *, typed: bool) -> list[dict[str, Any]] | None:
+    """An API's tool list as chat ``tools`` (name, description, parameters), for counting and
+    planning; tools that are not functions (web search, computer use) are left out."""
+    if not isinstance(tools, list):
+        return None
+    out = []
+    for t in tools:
+        if not isinstance(t, dict) or (typed and t.get("type") not in (None, "function")):
+            continue
+        out.append({"type": "function", "function": {
+            "name": str(t.get("name", "")), "description": str(t.get("description", "")),
+            "parameters": t.get(schema_key) or {}}})
+    return out or None

@@ -1,0 +1,203 @@
+"""The Anthropic Messages API (``POST /v1/messages``) read as chat-style messages, and back.
+
+- ``system`` (text or blocks) is one system message for the stages and always goes back as the
+  client sent it.
+- An assistant message is one chat message: its text, and its ``tool_use`` blocks as
+  ``tool_calls``. ``thinking`` and ``redacted_thinking`` blocks travel inside it untouched.
+- A user message's ``tool_result`` blocks are one ``tool`` message each (what masking may
+  replace); its other blocks (text, images, documents) one user message.
+- Going back, a message whose parts all stayed is the client's object itself; a masked result
+  keeps its block (``cache_control``, ``is_error``) with only ``content`` replaced; the summary
+  is a user message (the API has no system role among messages).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.context.adapters import Adapted, AdapterError, function_tools
+
+Part = int | str  # a tool_result's block index, "all" (the whole message) or "rest"
+Origin = tuple[int, Part]
+SYSTEM = -1
+
+
+def _text(content: Any) -> str:
+    """The text of a content value: a string, or the text of its blocks (others marked)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for b in content:
+        if not isinstance(b, dict):
+            continue
+        kind = b.get("type")
+        if kind == "text":
+            parts.append(str(b.get("text", "")))
+        elif kind in ("image", "document"):
+            parts.append(f"[{kind}]")
+    return "\n".join(parts)
+
+
+class _Reader:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.messages: list[dict[str, Any]] = []
+        self.origins: dict[int, Origin] = {}
+        self.results: dict[str, Origin] = {}
+        self.pending: dict[str, str] = {}  # tool_use ids awaiting their result -> where made
+
+    def add(self, message: dict[str, Any], origin: Origin) -> None:
+        self.messages.append(message)
+        self.origins[id(message)] = origin
+
+    def read(self) -> None:
+        system = _text(self.body.get("system"))
+        if system:
+            self.add({"role": "system", "content": system}, (SYSTEM, "all"))
+        msgs = self.body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise AdapterError("messages: expected a non-empty list of messages", "messages")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                raise AdapterError(f"messages.{i}: expected a message with role 'user' or "
+                                   "'assistant'", f"messages.{i}")
+            content = m.get("content")
+            if not isinstance(content, str | list):
+                raise AdapterError(f"messages.{i}.content: expected a string or a list of "
+                                   "content blocks", f"messages.{i}.content")
+            if m["role"] == "assistant":
+                self._assistant(i, content)
+            else:
+                self._user(i, content)
+
+    def _assistant(self, i: int, content: str | list[Any]) -> None:
+        self._no_pending(i)
+        blocks = content if isinstance(content, list) else []
+        calls = []
+        for j, b in enumerate(blocks):
+            if isinstance(b, dict) and b.get("type") == "tool_use":
+                if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
+                    raise AdapterError(f"messages.{i}.content.{j}: a tool_use block needs a "
+                                       "string id and name", f"messages.{i}.content.{j}")
+                calls.append({"id": b["id"], "type": "function", "function": {
+                    "name": b["name"], "arguments": json.dumps(b.get("input", {}))}})
+                self.pending[b["id"]] = f"messages.{i}"
+        message: dict[str, Any] = {"role": "assistant", "content": _text(content) or None}
+        if calls:
+            message["tool_calls"] = calls
+        self.add(message, (i, "all"))
+
+    def _user(self, i: int, content: str | list[Any]) -> None:
+        if isinstance(content, str):
+            self._no_pending(i)
+            self.add({"role": "user", "content": content}, (i, "all"))
+            return
+        rest = []
+        for j, b in enumerate(content):
+            if not isinstance(b, dict) or b.get("type") != "tool_result":
+                rest.append(b)
+                continue
+            tid = b.get("tool_use_id")
+            if not isinstance(tid, str) or tid not in self.pending:
+                raise AdapterError(f"messages.{i}.content.{j}: tool_result for a tool_use id "
+                                   "the previous assistant message did not make",
+                                   f"messages.{i}.content.{j}")
+            del self.pending[tid]
+            self.add({"role": "tool", "tool_call_id": tid, "content": _text(b.get("content"))},
+                     (i, j))
+            self.results[tid] = (i, j)
+        self._no_pending(i)
+        if rest:
+            self.add({"role": "user", "content": _text(rest)}, (i, "rest"))
+
+    def _no_pending(self, i: int) -> None:
+        if self.pending:
+            raise AdapterError(f"messages.{i}: tool_use ids without a tool_result in the next "
+                               f"user message: {', '.join(sorted(self.pending))}",
+                               f"messages.{i}")
+
+
+def read(body: dict[str, Any]) -> Adapted:
+    """The request for the stages; ``AdapterError`` when it breaks the API's rules."""
+    r = _Reader(body)
+    r.read()
+    originals: list[Any] = body["messages"]
+
+    def pieces(out: Sequence[dict[str, Any]]) -> list[Any]:
+        """Each stage message as (message index, part, new result text or None) or a new
+        message; the system message is left out (``system`` goes back as it came)."""
+        got: list[Any] = []
+        for m in out:
+            origin = r.origins.get(id(m))
+            if origin is not None:
+                if origin[0] != SYSTEM:
+                    got.append((origin[0], origin[1], None))
+            elif m.get("role") == "tool" and m.get("tool_call_id") in r.results:
+                i, j = r.results[m["tool_call_id"]]
+                got.append((i, j, m.get("content")))
+            else:
+                role = "assistant" if m.get("role") == "assistant" else "user"
+                got.append({"role": role, "content": str(m.get("content") or "")})
+        return got
+
+    def messages_of(out: Sequence[dict[str, Any]]) -> list[Any]:
+        return _assemble(originals, pieces(out))
+
+    def encode(out: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return {**body, "messages": messages_of(out)}
+
+    def prompt(out: Sequence[dict[str, Any]], system: str | None) -> dict[str, Any]:
+        kept = [m for m in out if not (m.get("role") == "system" and id(m) not in r.origins)]
+        doc: dict[str, Any] = {"messages": messages_of(kept)}
+        if system is not None:
+            doc["system"] = system
+        elif "system" in body:
+            doc["system"] = body["system"]
+        return doc
+
+    return Adapted("messages", r.messages, function_tools(body.get("tools"), "input_schema",
+                                                           typed=False), encode, prompt)
+
+
+def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:
+    """Runs of pieces from one original message become that message again: itself when every
+    part is there unchanged, else a copy with only the parts kept (results replaced)."""
+    out: list[Any] = []
+    run: dict[Part, Any] = {}
+    at = -1
+    for piece in [*pieces, None]:
+        if isinstance(piece, tuple) and piece[0] == at:
+            run[piece[1]] = piece[2]
+            continue
+        if run:
+            out.append(_rebuild(originals[at], run))
+            run, at = {}, -1
+        if isinstance(piece, tuple):
+            at, run = piece[0], {piece[1]: piece[2]}
+        elif piece is not None:
+            out.append(piece)
+    return out
+
+
+def _rebuild(original: dict[str, Any], parts: dict[Part, Any]) -> dict[str, Any]:
+    if "all" in parts:
+        return original
+    blocks, changed = [], False
+    for j, b in enumerate(original["content"]):
+        if isinstance(b, dict) and b.get("type") == "tool_result":
+            if j not in parts:
+                changed = True
+            elif parts[j] is None:
+                blocks.append(b)
+            else:
+                blocks.append({**b, "content": parts[j]})
+                changed = True
+        elif "rest" in parts:
+            blocks.append(b)
+        else:
+            changed = True
+    return {**original, "content": blocks} if changed else original

@@ -15,11 +15,12 @@ from aiohttp import web
 
 from proxy import console
 from proxy.auth import Authenticator
+from proxy.context.api_summarizer import api_summarizers
 from proxy.context.records import Records
 from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
-from proxy.http import admin, chat, conversations, ops, relay, rerank
+from proxy.http import admin, apis, chat, conversations, ops, relay, rerank
 from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
 from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
@@ -39,14 +40,17 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     metrics = Metrics()
     upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
                         settings.upstream_timeout_s, metrics)
+    anthropic = Upstream(settings.anthropic_url, settings.anthropic_api_key,
+                         settings.upstream_timeout_s, metrics)
     auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
     policies = PolicyService(settings.platform)
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream)),
-        summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header))
+        summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header),
+        api_summarizers=api_summarizers({"messages": anthropic, "responses": upstream}))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
-                            CheckedLists())
+                            CheckedLists(), anthropic)
     background = [asyncio.create_task(_purge_spills(context.records)),
                   asyncio.create_task(_flush_usage(context.records))]
     yield
@@ -58,6 +62,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     except Exception:
         log.exception("writing the last usage figures failed")
     await upstream.close()
+    await anthropic.close()
     store.close()
 
 
@@ -100,11 +105,11 @@ async def _end_streams_in_time(app: web.Application) -> None:
     state, grace = app[STATE], app[SETTINGS].shutdown_grace_s
 
     def end() -> None:
-        ended = state.upstream.end_streams()
+        ended = state.upstream.end_streams() + state.anthropic.end_streams()
         if ended:
             log.warning("shutting down: ended %d open stream(s) with an error event", ended)
 
-    if state.upstream.streams:
+    if state.upstream.streams or state.anthropic.streams:
         asyncio.get_running_loop().call_later(max(0.0, grace - 0.5), end)
 
 
@@ -121,6 +126,7 @@ def create_app(settings: Settings) -> web.Application:
     chat.add_routes(app)
     conversations.add_routes(app)
     rerank.add_routes(app)
+    apis.add_routes(app)
     relay.add_routes(app)  # the catch-all: last of the /v1 routes
     if settings.admin_token:  # no token: the admin API does not exist (plain 404)
         admin.add_routes(app)

@@ -42,11 +42,14 @@ class Principal:
 
 
 def bearer_token(request: web.Request) -> str | None:
+    """The caller's key: ``Authorization: Bearer <key>``, else ``x-api-key: <key>`` (how the
+    Anthropic SDKs and Claude Code send it)."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    other = request.headers.get("x-api-key", "").strip()
+    return other or None
 
 
 class Authenticator:
@@ -90,7 +93,8 @@ class Authenticator:
         """Return the caller or raise a 401 ``ApiError``."""
         token = bearer_token(request)
         if token is None:
-            raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.",
+            raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' "
+                           "(or 'x-api-key: <key>').",
                            code="missing_api_key")
         cache = self._fresh_cache()
         digest = hash_key(token)

@@ -74,6 +74,32 @@ class ApiError(Exception):
         )
 
 
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                    409: "invalid_request_error", 413: "request_too_large",
+                    429: "rate_limit_error", 529: "overloaded_error"}
+
+
+def anthropic_body(status: int, message: str) -> dict[str, object]:
+    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"),
+                                       "message": message}}
+
+
+def as_anthropic(response: web.Response) -> web.Response:
+    """An answer made by ``ApiError.response`` in Anthropic's shape instead (same status and
+    headers), for the ``/v1/messages`` route."""
+    try:
+        message = json.loads(response.body)["error"]["message"]  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
+        return response
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("content-type", "content-length")}
+    return web.Response(status=response.status, content_type="application/json",
+                        body=json.dumps(anthropic_body(response.status, message)).encode(),
+                        headers=headers)
+
+
 class ConfigError(ValueError):
     """A configuration file or variable is invalid; the message names the file and the key."""
 

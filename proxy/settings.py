@@ -64,6 +64,13 @@ def check_host(value: str, name: str) -> str:
     return host
 
 
+def _http_url(value: str, name: str) -> str:
+    url = value.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"environment: {name}: not an http(s) URL: {url!r}")
+    return url
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the server needs to start, resolved from YAML and environment."""
@@ -78,6 +85,8 @@ class Settings:
     admin_token: str | None = None
     manual_compaction: bool = False
     upstream_timeout_s: float = 600.0
+    anthropic_url: str = "https://api.anthropic.com/v1"  # /v1/messages goes here
+    anthropic_api_key: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
     shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
     log_format: str = "text"
@@ -119,6 +128,11 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         admin_token=env.get("CONTEXT_PROXY_ADMIN_TOKEN") or None,
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
+        anthropic_url=_http_url(env.get("CONTEXT_PROXY_ANTHROPIC_URL")
+                                or "https://api.anthropic.com/v1",
+                                "CONTEXT_PROXY_ANTHROPIC_URL"),
+        anthropic_api_key=env.get("CONTEXT_PROXY_ANTHROPIC_API_KEY")
+        or env.get("ANTHROPIC_API_KEY") or None,
         max_body_bytes=int(_env_number("CONTEXT_PROXY_MAX_BODY_BYTES", env, 32 * 1024 * 1024)),
         shutdown_grace_s=_env_number("CONTEXT_PROXY_SHUTDOWN_GRACE_S", env, 8.0),
         platform=platform,

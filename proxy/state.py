@@ -26,6 +26,7 @@ class ProxyState:
     policies: PolicyService
     context: ContextService
     checked: CheckedLists  # message lists already checked, so a resent history is not again
+    anthropic: Upstream  # the Anthropic-compatible upstream of /v1/messages
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import orjson
 
 from proxy.auth import Principal
+from proxy.context.adapters import Adapted
 from proxy.context.history import Known
 from proxy.context.offload import Offload
 from proxy.context.records import CompactionRecord
@@ -29,11 +30,14 @@ class ChatRequest:
     tools: list[Any] | None
     stream: bool
     repeats: list[Any] | None = None
+    adapted: Adapted | None = None  # another API's request, read for the stages
 
     def outgoing(self, report: ContextReport) -> bytes:
         """The body to send upstream for ``report``."""
         if report.messages is None:
             return self.raw
+        if self.adapted is not None:
+            return orjson.dumps(self.adapted.encode(report.messages))
         return orjson.dumps({**self.body, "messages": report.messages})
 
 

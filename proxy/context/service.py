@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from proxy.auth import Principal
+from proxy.context.api_summarizer import ApiSummarizerFactory
 from proxy.context.compaction import Compacted, compact
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
@@ -68,13 +69,15 @@ def upstream_summarizers(upstream: Upstream,
 class ContextService:
     def __init__(self, *, counter: TokenCounter, windows: WindowResolver, records: Records,
                  metrics: Metrics, policies: PolicyService,
-                 summarizers: SummarizerFactory) -> None:
+                 summarizers: SummarizerFactory,
+                 api_summarizers: ApiSummarizerFactory | None = None) -> None:
         self.counter = counter
         self.windows = windows
         self.records = records
         self.metrics = metrics
         self.policies = policies
         self.summarizers = summarizers
+        self.api_summarizers = api_summarizers
         self.usage = UsageCorrection(records)
         self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
@@ -241,7 +244,11 @@ class ContextService:
                             before=p), record
 
     def _summarizer(self, job: Job, model: str) -> Summarizer:
-        return self.summarizers(job.principal, model, job.policy.compaction.summary_timeout_s)
+        timeout = job.policy.compaction.summary_timeout_s
+        adapted = job.request.adapted
+        if adapted is not None and self.api_summarizers is not None:
+            return self.api_summarizers(job.principal, model, timeout, adapted)
+        return self.summarizers(job.principal, model, timeout)
 
     def _observe(self, job: Job, report: ContextReport, p: Plan) -> None:
         m = self.metrics

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import ClientConnectionResetError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from proxy.errors import ApiError
+from proxy.errors import ApiError, as_anthropic
 from proxy.state import STATE
 
 log = logging.getLogger("context_proxy")
@@ -71,6 +71,14 @@ def quiet_parser_errors() -> None:
         server.addFilter(QuietParserErrors())
 
 
+ANTHROPIC_ROUTES = frozenset({"messages"})
+
+
+def _shaped(route: str, response: web.Response) -> web.Response:
+    """The proxy's own error in the route's API shape (Anthropic's on ``/v1/messages``)."""
+    return as_anthropic(response) if route in ANTHROPIC_ROUTES else response
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer ``ApiError`` and aiohttp's HTTP errors in OpenAI's shape; nothing leaks a
@@ -87,14 +95,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return resp
     except ApiError as e:
         status = e.status
-        return e.response()
+        return _shaped(route, e.response())
     except web.HTTPException as e:
         status = e.status
         if e.status < 400:
             raise
         message = _MESSAGES.get(e.status, e.reason)
-        return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_")).response(
-            headers={k: v for k, v in e.headers.items() if k.lower() == "allow"})
+        return _shaped(route, ApiError(e.status, message,
+                                       code=e.reason.lower().replace(" ", "_")).response(
+            headers={k: v for k, v in e.headers.items() if k.lower() == "allow"}))
     except (ConnectionResetError, ClientConnectionResetError):
         # The client went away (mid-body, or while a slow answer was on its way): nobody
         # to answer, and no fault of the proxy's. Counted as 499 (client closed request).
@@ -103,7 +112,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=CLIENT_CLOSED)  # written to no one: aiohttp drops it
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
-        return ApiError(500, "The proxy hit an internal error.", code="internal_error").response()
+        return _shaped(route, ApiError(500, "The proxy hit an internal error.",
+                                       code="internal_error").response())
     finally:
         if in_flight is not None:
             in_flight.dec()

@@ -305,3 +305,12 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if body.get("stream"):
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
+
+
+def requests_to(fake: FakeUpstream, path: str, *, summaries: bool) -> list[dict[str, Any]]:
+    """The bodies ``fake`` got on ``path`` (``MESSAGES`` or ``RESPONSES``): the proxy's own
+    summary calls, or (``summaries=False``) the others."""
+    from proxy.testing.fake_upstream import is_summary_request
+
+    bodies = [r.json for r in fake.requests if r.path == path]
+    return [b for b in bodies if is_summary_request(as_chat(path, b)) == summaries]

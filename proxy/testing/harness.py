@@ -45,7 +45,9 @@ class Harness:
 
     async def _start(self) -> None:
         upstream_url = await self.fake.start()
-        env = {"CONTEXT_PROXY_UPSTREAM_URL": upstream_url, **self._env}
+        env = {"CONTEXT_PROXY_UPSTREAM_URL": upstream_url,
+               "CONTEXT_PROXY_ANTHROPIC_URL": upstream_url,
+               "CONTEXT_PROXY_ANTHROPIC_API_KEY": "sk-ant-upstream-secret-0123456789", **self._env}
         settings = load_settings(env, **self._settings_overrides)
         self.settings = replace(settings, port=0)
         self._runner = web.AppRunner(create_app(self.settings), access_log=None)

@@ -23,7 +23,7 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
 })
-_CLIENT_ONLY = frozenset({"authorization", "x-context-compact", "cookie"})
+_CLIENT_ONLY = frozenset({"authorization", "x-api-key", "x-context-compact", "cookie"})
 # Request credentials an upstream (or a proxy in front of it) may echo in its answer: never
 # relayed to a client, whatever the route.
 _ECHOED_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})

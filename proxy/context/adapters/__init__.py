@@ -19,15 +19,18 @@ Encode = Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
 @dataclass(frozen=True, eq=False)
 class Adapted:
     """A request read for the stages. ``encode(messages)`` is the request body for a list the
-    stages made of ``messages`` (kept objects, masked copies, a summary); ``prompt(messages,
-    system)`` the same list as that API's message list for a summary call (``system``: the
-    instructions that replace the request's own, or ``None`` to keep them)."""
+    stages made of ``messages`` (kept objects, masked copies, a summary); ``prompt(messages)``
+    the same for a summary call: the API's message list, and its system prompt (a system
+    message the adapter did not read, such as the summary instructions, replaces the
+    request's own). ``tools`` is the request's ``tools`` as chat function schemas;
+    ``raw_tools`` as the client sent them."""
 
     api: str  # "messages" (Anthropic) or "responses" (OpenAI Responses)
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     encode: Encode
-    prompt: Callable[[Sequence[dict[str, Any]], str | None], dict[str, Any]]
+    prompt: Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
+    raw_tools: Any = None
     notes: dict[str, str] = field(default_factory=dict)
 
 

@@ -150,17 +150,19 @@ def read(body: dict[str, Any]) -> Adapted:
     def encode(out: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return {**body, "messages": messages_of(out)}
 
-    def prompt(out: Sequence[dict[str, Any]], system: str | None) -> dict[str, Any]:
-        kept = [m for m in out if not (m.get("role") == "system" and id(m) not in r.origins)]
-        doc: dict[str, Any] = {"messages": messages_of(kept)}
-        if system is not None:
-            doc["system"] = system
+    def prompt(out: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        new = [m for m in out if m.get("role") == "system" and id(m) not in r.origins]
+        rest = [m for m in out if not any(m is n for n in new)]
+        doc: dict[str, Any] = {"messages": messages_of(rest)}
+        if new:
+            doc["system"] = "\n\n".join(str(m.get("content") or "") for m in new)
         elif "system" in body:
             doc["system"] = body["system"]
         return doc
 
     return Adapted("messages", r.messages, function_tools(body.get("tools"), "input_schema",
-                                                           typed=False), encode, prompt)
+                                                           typed=False), encode, prompt,
+                   raw_tools=body.get("tools"))
 
 
 def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:

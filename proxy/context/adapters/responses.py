@@ -158,13 +158,16 @@ def read(body: dict[str, Any]) -> Adapted:
             return body
         return {**body, "input": sent}
 
-    def prompt(out: Sequence[dict[str, Any]], system: str | None) -> dict[str, Any]:
-        kept = [m for m in out if not (m.get("role") == "system" and id(m) not in r.origins)]
-        doc: dict[str, Any] = {"input": items_of(kept)}
-        instructions = system if system is not None else body.get("instructions")
-        if instructions is not None:
-            doc["instructions"] = instructions
+    def prompt(out: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        new = [m for m in out if m.get("role") == "system" and id(m) not in r.origins]
+        rest = [m for m in out if not any(m is n for n in new)]
+        doc: dict[str, Any] = {"input": items_of(rest)}
+        if new:
+            doc["instructions"] = "\n\n".join(str(m.get("content") or "") for m in new)
+        elif body.get("instructions") is not None:
+            doc["instructions"] = body["instructions"]
         return doc
 
     return Adapted("responses", r.messages,
-                   function_tools(body.get("tools"), "parameters", typed=True), encode, prompt)
+                   function_tools(body.get("tools"), "parameters", typed=True), encode, prompt,
+                   raw_tools=body.get("tools"))

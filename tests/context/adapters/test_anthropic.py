@@ -98,11 +98,11 @@ def test_a_summary_prompt_keeps_system_or_replaces_it() -> None:
     body = tool_loop()
     a = read(body)
     instruction = {"role": "user", "content": "Summarize the conversation above."}
-    doc = a.prompt([*a.messages[:6], instruction], None)
+    doc = a.prompt([*a.messages[:6], instruction])
     assert doc["system"] is body["system"]
     assert doc["messages"][:3] == body["messages"][:3] and doc["messages"][3] == instruction
     fresh = a.prompt([{"role": "system", "content": "You summarize."},
-                      {"role": "user", "content": "the transcript"}], "You summarize.")
+                      {"role": "user", "content": "the transcript"}])
     assert fresh == {"system": "You summarize.",
                      "messages": [{"role": "user", "content": "the transcript"}]}
 

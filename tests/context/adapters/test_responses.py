@@ -76,7 +76,7 @@ def test_summary_prompt_in_the_apis_shape() -> None:
     body = agent_items()
     a = read(body)
     ask = {"role": "user", "content": "Summarize."}
-    doc = a.prompt([*a.messages[:5], ask], None)
+    doc = a.prompt([*a.messages[:5], ask])
     assert doc["instructions"] == "You are a coder."
     assert doc["input"][:6] == body["input"][:6]
     assert doc["input"][6] == {"type": "message", "role": "user", "content": "Summarize."}

@@ -1,0 +1,202 @@
+"""``POST /v1/messages`` (Anthropic Messages) and ``POST /v1/responses`` (OpenAI Responses): the
+same context management as chat completions, through the API's adapter, answered in that API's
+own shape (SPEC section 11).
+
+A Responses request that names a ``previous_response_id`` keeps its history at the upstream:
+it is relayed unchanged and says so (``X-Context-History: upstream``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from proxy.auth import Principal
+from proxy.context import manual
+from proxy.context.adapters import Adapted, AdapterError, anthropic, responses
+from proxy.context.job import ChatRequest, Job
+from proxy.context.report import ContextReport
+from proxy.errors import ApiError, as_anthropic, bad_request
+from proxy.http.parse import parse_json_object, read_body
+from proxy.state import STATE, ProxyState
+from proxy.upstream import apis
+from proxy.upstream.answers import EventCheck
+from proxy.upstream.client import Upstream, current_key
+from proxy.upstream.relay import (
+    answer_whole,
+    is_encoded,
+    is_event_stream,
+    relay_stream,
+    relay_whole,
+)
+from proxy.upstream.relay import read_body as read_answer
+from proxy.upstream.usage import is_overflow, stated_window
+
+READERS = {"messages": anthropic.read, "responses": responses.read}
+HISTORY = "X-Context-History"
+
+
+def _principal(state: ProxyState, request: web.Request, api: str) -> Principal:
+    """The caller; with proxy keys, an Anthropic request carries the platform's Anthropic key."""
+    principal = state.auth.authenticate(request)
+    if api == "messages" and state.auth.mode == "proxy_keys":
+        principal = replace(principal, upstream_key=state.settings.anthropic_api_key)
+    return principal
+
+
+def _check(api: str, body: dict[str, Any]) -> None:
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise bad_request("'model' is required and must be a non-empty string.", param="model")
+    if api == "messages" and (not isinstance(body.get("max_tokens"), int)
+                              or isinstance(body.get("max_tokens"), bool)):
+        raise bad_request("'max_tokens' is required and must be an integer.",
+                          param="max_tokens")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise bad_request("'stream' must be a boolean.", param="stream")
+    if body.get("tools") is not None and not isinstance(body["tools"], list):
+        raise bad_request("'tools' must be a list.", param="tools")
+
+
+def _upstream(state: ProxyState, api: str) -> Upstream:
+    return state.anthropic if api == "messages" else state.upstream
+
+
+def _shaped(api: str, response: web.Response) -> web.Response:
+    return as_anthropic(response) if api == "messages" else response
+
+
+async def managed(request: web.Request, api: str) -> web.StreamResponse:
+    start = time.perf_counter()
+    state = request.app[STATE]
+    principal = _principal(state, request, api)
+    current_key.set(principal.upstream_key)
+    raw = await read_body(request, state.settings.max_body_bytes)
+    body = parse_json_object(raw)
+    _check(api, body)
+    if api == "responses" and body.get("previous_response_id") is not None:
+        return await _relay_as_is(request, state, api, principal, raw)
+    try:
+        adapted: Adapted = READERS[api](body)
+    except AdapterError as e:
+        raise bad_request(str(e), param=e.param, code="invalid_message_sequence") from None
+    chat = ChatRequest(raw, body, adapted.messages, body["model"], adapted.tools,
+                       body.get("stream") is True, adapted=adapted)
+    enabled = state.settings.manual_compaction
+    forced = manual.requested(request.headers.get(manual.HEADER), enabled, chat.messages)
+    job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),
+                                      manual=forced)
+    report = await state.context.manage(job)
+    hint = manual.ignored(request.headers.get(manual.HEADER), enabled)
+    if hint:
+        report = replace(report, notes={**report.notes, **hint})
+    state.metrics.overhead.labels(api).observe(time.perf_counter() - start)
+    return await _forward(request, state, api, job, report)
+
+
+async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
+                   report: ContextReport) -> web.StreamResponse:
+    """Send upstream; on a context-length refusal compact regardless of the trigger and send
+    once more (unless that changes nothing); relay; record the usage."""
+    upstream = _upstream(state, api)
+    headers = apis.headers_for(api, request.headers, job.principal.upstream_key)
+    body = job.request.outgoing(report)
+    try:
+        resp = await upstream.open("POST", apis.PATHS[api], headers, body, route=api)
+    except ApiError as e:
+        return _shaped(api, e.response(headers=report.headers()))
+    try:
+        if not 200 <= resp.status < 300:
+            error_body = await read_answer(resp)
+            if not is_overflow(resp.status, error_body):
+                return answer_whole(upstream, resp, error_body, report.headers())
+            retry = replace(await state.context.retry_overflow(job, stated_window(error_body)),
+                            notes=report.notes)
+            again = job.request.outgoing(retry)
+            if again == body:
+                return answer_whole(upstream, resp, error_body,
+                                    replace(retry, retried=None).headers())
+            resp.release()
+            report = retry
+            try:
+                resp = await upstream.open("POST", apis.PATHS[api], headers, again, route=api)
+            except ApiError as e:
+                return _shaped(api, e.response(headers=report.headers()))
+        return await _relay(request, state, api, job, resp, report)
+    finally:
+        resp.release()
+
+
+def _answer_check(api: str) -> Any:
+    key, kind = ("type", "message") if api == "messages" else ("object", "response")
+
+    def check(body: bytes) -> ApiError | None:
+        try:
+            data = parse_json_object(body)
+        except ApiError:
+            data = None
+        if data is None or data.get(key) != kind:
+            return ApiError(502, f"The upstream answer is not a {api} answer.",
+                            code="upstream_invalid_answer")
+        return None
+
+    return check
+
+
+async def _relay(request: web.Request, state: ProxyState, api: str, job: Job,
+                 resp: aiohttp.ClientResponse, report: ContextReport) -> web.StreamResponse:
+    upstream, extra = _upstream(state, api), report.headers()
+    if job.request.stream and resp.status == 200 and is_event_stream(resp):
+        usage = apis.ApiUsageScanner(api)
+        check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
+        out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
+                                 check=check, tracked=upstream.streams, secret=upstream.secret)
+        await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
+        return out
+    answer = await relay_whole(upstream, resp, extra, check=_answer_check(api))
+    if answer.status == 200 and isinstance(answer.body, bytes):
+        prompt, cached = apis.usage_of(api, answer.body)
+        await state.context.record_usage(job, report, prompt, cached)
+    return _shaped(api, answer) if answer.status >= 400 and resp.status < 400 else answer
+
+
+async def _relay_as_is(request: web.Request, state: ProxyState, api: str, principal: Principal,
+                       raw: bytes) -> web.StreamResponse:
+    """A request whose history the upstream keeps: sent as it came, nothing to manage."""
+    upstream = _upstream(state, api)
+    headers = apis.headers_for(api, request.headers, principal.upstream_key)
+    note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
+    try:
+        resp = await upstream.open("POST", apis.PATHS[api], headers, raw, route=api)
+    except ApiError as e:
+        return e.response(headers=note)
+    try:
+        if resp.status == 200 and is_event_stream(resp):
+            return await relay_stream(request, resp, note, tracked=upstream.streams,
+                                      secret=upstream.secret)
+        return await relay_whole(upstream, resp, note)
+    finally:
+        resp.release()
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await managed(request, "messages")
+
+
+async def responses_(request: web.Request) -> web.StreamResponse:
+    return await managed(request, "responses")
+
+
+async def not_allowed(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+
+
+def add_routes(app: web.Application) -> None:
+    for path, name, handler in (("/v1/messages", "messages", messages),
+                                ("/v1/responses", "responses", responses_)):
+        resource = app.router.add_resource(path, name=name)
+        resource.add_route("POST", handler)
+        resource.add_route("*", not_allowed)

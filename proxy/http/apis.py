@@ -27,6 +27,7 @@ from proxy.upstream import apis
 from proxy.upstream.answers import EventCheck
 from proxy.upstream.client import Upstream, current_key
 from proxy.upstream.relay import (
+    ANTHROPIC_STREAM_ERROR,
     answer_whole,
     is_encoded,
     is_event_stream,
@@ -153,7 +154,9 @@ async def _relay(request: web.Request, state: ProxyState, api: str, job: Job,
         usage = apis.ApiUsageScanner(api)
         check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 check=check, tracked=upstream.streams, secret=upstream.secret)
+                                 check=check, tracked=upstream.streams, secret=upstream.secret,
+                                 error_event=ANTHROPIC_STREAM_ERROR if api == "messages"
+                                 else None)
         await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
         return out
     answer = await relay_whole(upstream, resp, extra, check=_answer_check(api))

@@ -137,11 +137,13 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
                        preamble: bytes = b"",
                        check: EventCheck | None = None,
                        tracked: set[aiohttp.ClientResponse] | None = None,
-                       secret: bytes | None = None) -> web.StreamResponse:
+                       secret: bytes | None = None,
+                       error_event: bytes | None = None) -> web.StreamResponse:
     """Relay the upstream body as it arrives, ``preamble`` first. With ``check`` (an SSE answer)
     only complete lines are written and the relay stops at the first bad data line; that, or a
     break mid-stream, ends the stream as the module doc says. ``secret`` (the upstream key)
-    never reaches the client, not even split across chunks."""
+    never reaches the client, not even split across chunks. ``error_event`` is the SSE event
+    that ends a broken stream (OpenAI's ``data: {"error": ...}`` when not given)."""
     headers = response_headers(resp.headers, secret=secret.decode() if secret else None)
     if extra_headers:
         headers.update(extra_headers)
@@ -161,7 +163,7 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
         # Quietly: an SDK may hang up as soon as it read [DONE], before the end of the body.
         await _write_quietly(out, scrubber.flush() if scrubber is not None else b"")
     elif outcome == "broken":
-        await _end_broken(request, out, resp, check)
+        await _end_broken(request, out, resp, check, error_event or _STREAM_ERROR)
     return out
 
 
@@ -210,14 +212,14 @@ async def _write(out: web.StreamResponse, resp: aiohttp.ClientResponse, data: by
 
 
 async def _end_broken(request: web.Request, out: web.StreamResponse,
-                      resp: aiohttp.ClientResponse, check: EventCheck | None
+                      resp: aiohttp.ClientResponse, check: EventCheck | None, event: bytes
                       ) -> web.StreamResponse:
     """Stop the upstream; end an SSE stream with the error event (after a blank line when an
     event was left open), cut any other."""
     resp.close()
     if is_event_stream(resp):
         lead = b"\n" if check is not None and check.open_event else b""
-        await _write_quietly(out, lead + _STREAM_ERROR)
+        await _write_quietly(out, lead + event)
     elif request.transport is not None:
         request.transport.close()
     return out
@@ -226,6 +228,9 @@ async def _end_broken(request: web.Request, out: web.StreamResponse,
 _STREAM_ERROR = b"data: " + json.dumps({"error": {
     "message": "The upstream stream ended unexpectedly.", "type": "upstream_error",
     "param": None, "code": "upstream_broken"}}).encode() + b"\n\n"
+ANTHROPIC_STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
+    "type": "api_error", "message": "The upstream stream ended unexpectedly."}}).encode() \
+    + b"\n\n"
 
 
 async def _write_quietly(out: web.StreamResponse, data: bytes) -> None:

@@ -1,0 +1,103 @@
+"""``POST /v1/responses`` through the real ``openai`` SDK: a long function-tool session is masked
+and compacted in the Responses API's own items, reasoning items of kept turns arriving
+unchanged; a ``previous_response_id`` request is relayed as it came."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.context.adapters.responses import read
+from proxy.testing import agent
+from proxy.testing.fake_apis import RESPONSES, requests_to
+from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.harness import Harness
+
+MODEL = "gpt-agent"
+WINDOW = 32_768
+SPEC = agent.AgentSpec(thought_words=(300, 450), facts=agent.DEMO.facts)
+TOOLS = [{"type": "function", "name": t["function"]["name"],
+          "description": t["function"]["description"],
+          "parameters": t["function"]["parameters"]} for t in agent.TOOLS]
+
+
+class Script:
+    def __init__(self) -> None:
+        self.next: dict[str, Any] = {"role": "assistant", "content": "ok"}
+
+    def respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.next
+
+
+@pytest.fixture
+def session(make_harness: Callable[..., Harness]) -> tuple[Harness, Script]:
+    script = Script()
+    return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
+                                          stream_chunks=3)), script
+
+
+def reasoning(turn: int) -> dict[str, Any]:
+    return {"type": "reasoning", "id": f"rs_{turn}", "summary": [],
+            "encrypted_content": f"opaque-{turn}"}
+
+
+def play_turn(client: openai.OpenAI, items: list[Any], turn: int) -> tuple[Any, Any]:
+    """One request, streamed on every third turn; (the final response, the raw headers)."""
+    kwargs: dict[str, Any] = dict(model=MODEL, instructions=agent.SYSTEM, tools=TOOLS,
+                                  input=items, extra_headers={"X-Conversation-Id": "codex-1"})
+    if turn % 3:
+        raw = client.responses.with_raw_response.create(**kwargs)
+        return raw.parse(), raw.headers
+    with client.responses.with_streaming_response.create(stream=True, **kwargs) as raw:
+        events = [json.loads(line[5:]) for line in raw.iter_lines() if line.startswith("data:")]
+        return events[-1]["response"], raw.headers
+
+
+def test_a_long_function_tool_session_is_masked_and_compacted(
+        session: tuple[Harness, Script]) -> None:
+    h, script = session
+    items: list[Any] = [{"role": "user", "content": agent.TASK}]
+    outcomes, masked = [], []
+    with openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0) as client:
+        for turn, (assistant, results) in enumerate(agent.turns(SPEC, 60), start=1):
+            script.next = assistant
+            response, headers = play_turn(client, items, turn)
+            outcomes.append(headers["x-context-compaction"])
+            masked.append(int(headers["x-context-masked"]))
+            assert int(headers["x-context-tokens-after"]) <= WINDOW
+            sent = h.fake.requests[-1].json
+            read(sent)  # function calls and outputs still pair up
+            assert sent["instructions"] == agent.SYSTEM and sent["input"][0] == items[0]
+            mine = {json.dumps(i) for i in items}
+            assert all(json.dumps(i) in mine for i in sent["input"]
+                       if i.get("type") in ("reasoning", "function_call"))
+            output = response["output"] if isinstance(response, dict) else [
+                o.model_dump(exclude_none=True) for o in response.output]
+            items += [reasoning(turn), *output,
+                      *({"type": "function_call_output", "call_id": r["tool_call_id"],
+                         "output": r["content"]} for r in results)]
+        dividers = client.get("/conversations/codex-1/dividers", cast_to=object)
+    assert "auto" in outcomes and max(masked) > 0
+    assert len(dividers["data"]) == outcomes.count("auto")  # type: ignore[index]
+    summaries = [b for b in requests_to(h.fake, RESPONSES, summaries=True) if "tools" in b]
+    assert summaries and not h.fake.all_chat_requests()
+    for body in summaries:
+        assert body["instructions"] == agent.SYSTEM and body["tool_choice"] == "none"
+        assert body["input"][0] == items[0]
+    last = requests_to(h.fake, RESPONSES, summaries=False)[-1]
+    assert agent.DEMO_FACT in json.dumps(last)
+
+
+def test_previous_response_id_is_relayed_as_it_came(make_harness: Callable[..., Harness]
+                                                    ) -> None:
+    h = make_harness()
+    with openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"), max_retries=0) as client:
+        raw = client.responses.with_raw_response.create(
+            model="gpt-x", previous_response_id="resp_123", input="and then?")
+    assert raw.headers["x-context-history"] == "upstream"
+    assert h.fake.requests[-1].json["previous_response_id"] == "resp_123"
+    assert h.fake.requests[-1].json["input"] == "and then?"

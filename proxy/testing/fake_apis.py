@@ -15,14 +15,30 @@ import math
 import secrets
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.faults import answer_json
+from proxy.testing.faults import Fault, answer_json
 
-if TYPE_CHECKING:
-    from proxy.testing.fake_upstream import FakeUpstream
+
+class FakeUpstream(Protocol):
+    """What these endpoints use of ``proxy.testing.fake_upstream.FakeUpstream``."""
+
+    models: dict[str, int]
+    enforce_windows: bool
+    stream_chunks: int
+
+    async def _record(self, request: web.Request) -> Any: ...
+    async def _scripted(self, request: web.Request, body: Any
+                        ) -> tuple[Fault | None, web.StreamResponse | None]: ...
+    def measure(self, chat: dict[str, Any]) -> tuple[int, list[int], int]: ...
+    async def respond(self, request: web.Request, chat: dict[str, Any],
+                      fault: Fault | None) -> dict[str, Any]: ...
+    def cached(self, request: web.Request, chat: dict[str, Any],
+               measured: tuple[int, list[int], int]) -> int: ...
+    async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
+                      ) -> web.StreamResponse: ...
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
@@ -306,11 +322,3 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
 
-
-def requests_to(fake: FakeUpstream, path: str, *, summaries: bool) -> list[dict[str, Any]]:
-    """The bodies ``fake`` got on ``path`` (``MESSAGES`` or ``RESPONSES``): the proxy's own
-    summary calls, or (``summaries=False``) the others."""
-    from proxy.testing.fake_upstream import is_summary_request
-
-    bodies = [r.json for r in fake.requests if r.path == path]
-    return [b for b in bodies if is_summary_request(as_chat(path, b)) == summaries]

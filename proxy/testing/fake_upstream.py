@@ -191,6 +191,13 @@ class FakeUpstream:
     def summary_requests(self) -> list[dict[str, Any]]:
         return [b for b in self.all_chat_requests() if is_summary_request(b)]
 
+    def api_requests(self, path: str, *, summaries: bool) -> list[dict[str, Any]]:
+        """Bodies received on ``path`` (``/v1/messages``, ``/v1/responses``): the proxy's own
+        summary calls, or (``summaries=False``) the others."""
+        bodies = [r.json for r in self.requests if r.path == path]
+        return [b for b in bodies
+                if is_summary_request(fake_apis.as_chat(path, b)) == summaries]
+
     def all_chat_requests(self) -> list[dict[str, Any]]:
         return [r.json for r in self.requests if r.path == "/v1/chat/completions"]
 

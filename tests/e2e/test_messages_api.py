@@ -13,7 +13,7 @@ import pytest
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import MESSAGES, requests_to
+from proxy.testing.fake_apis import MESSAGES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -81,8 +81,8 @@ def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Sc
         dividers = client.get(f"/v1/conversations/{CONVERSATION}/dividers", cast_to=object)
     assert "auto" in outcomes and max(masked) > 0
     assert len(dividers["data"]) == outcomes.count("auto")  # type: ignore[index]
-    main = requests_to(h.fake, MESSAGES, summaries=False)
-    summaries = requests_to(h.fake, MESSAGES, summaries=True)
+    main = h.fake.api_requests(MESSAGES, summaries=False)
+    summaries = h.fake.api_requests(MESSAGES, summaries=True)
     assert summaries and not h.fake.all_chat_requests()  # every call in the request's own API
     riding = [b for b in summaries if "tools" in b]  # the calls on the cached prefix
     assert riding

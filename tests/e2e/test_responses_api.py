@@ -13,7 +13,7 @@ import pytest
 
 from proxy.context.adapters.responses import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import RESPONSES, requests_to
+from proxy.testing.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -83,12 +83,12 @@ def test_a_long_function_tool_session_is_masked_and_compacted(
         dividers = client.get("/conversations/codex-1/dividers", cast_to=object)
     assert "auto" in outcomes and max(masked) > 0
     assert len(dividers["data"]) == outcomes.count("auto")  # type: ignore[index]
-    summaries = [b for b in requests_to(h.fake, RESPONSES, summaries=True) if "tools" in b]
+    summaries = [b for b in h.fake.api_requests(RESPONSES, summaries=True) if "tools" in b]
     assert summaries and not h.fake.all_chat_requests()
     for body in summaries:
         assert body["instructions"] == agent.SYSTEM and body["tool_choice"] == "none"
         assert body["input"][0] == items[0]
-    last = requests_to(h.fake, RESPONSES, summaries=False)[-1]
+    last = h.fake.api_requests(RESPONSES, summaries=False)[-1]
     assert agent.DEMO_FACT in json.dumps(last)
 
 

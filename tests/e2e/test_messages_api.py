@@ -57,6 +57,18 @@ def client_for(h: Harness) -> anthropic.Anthropic:
                                api_key=h.create_key("acme"), max_retries=0)
 
 
+def play_turn(client: anthropic.Anthropic, messages: list[Any], turn: int) -> tuple[Any, Any]:
+    """One request, through ``messages.stream`` on every third turn; (message, headers)."""
+    kwargs: dict[str, Any] = dict(model=MODEL, max_tokens=1024, system=SYSTEM, tools=TOOLS,
+                                  messages=messages,
+                                  extra_headers={"X-Conversation-Id": CONVERSATION})
+    if turn % 3:
+        raw = client.messages.with_raw_response.create(**kwargs)
+        return raw.parse(), raw.headers
+    with client.messages.stream(**kwargs) as stream:
+        return stream.get_final_message(), stream.response.headers
+
+
 def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Script]) -> None:
     h, script = session
     messages: list[Any] = [{"role": "user", "content": agent.TASK}]
@@ -64,13 +76,10 @@ def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Sc
     with client_for(h) as client:
         for turn, (assistant, results) in enumerate(agent.turns(SPEC, 60), start=1):
             script.next = assistant
-            raw = client.messages.with_raw_response.create(
-                model=MODEL, max_tokens=1024, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
-                messages=messages, extra_headers={"X-Conversation-Id": CONVERSATION})
-            answer = raw.parse()
-            outcomes.append(raw.headers["x-context-compaction"])
-            masked.append(int(raw.headers["x-context-masked"]))
-            assert int(raw.headers["x-context-tokens-after"]) <= WINDOW
+            answer, headers = play_turn(client, messages, turn)
+            outcomes.append(headers["x-context-compaction"])
+            masked.append(int(headers["x-context-masked"]))
+            assert int(headers["x-context-tokens-after"]) <= WINDOW
             sent = h.fake.requests[-1].json
             read(sent)  # the tool pairs the upstream got are valid for this API
             assert sent["system"] == SYSTEM and sent["messages"][0] == messages[0]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
 from proxy.state import STATE
-from proxy.upstream.client import request_headers
+from proxy.upstream.apis import headers_for
+from proxy.upstream.client import Upstream, request_headers
 from proxy.upstream.relay import relay
 
 
@@ -19,7 +20,17 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 async def relay_any(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     principal = state.auth.authenticate(request)
-    headers = request_headers(request.headers, principal.upstream_key)
+    if request.match_info["tail"].startswith("messages/"):
+        # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.
+        return await _relay_to(request, state.anthropic, headers_for(
+            "messages", request.headers, state.settings.anthropic_api_key
+            if state.auth.mode == "proxy_keys" else principal.upstream_key))
+    return await _relay_to(request, state.upstream,
+                           request_headers(request.headers, principal.upstream_key))
+
+
+async def _relay_to(request: web.Request, upstream: Upstream, headers: Mapping[str, str]
+                    ) -> web.StreamResponse:
     data: object = None
     if request.body_exists:
         length = request.content_length
@@ -27,10 +38,10 @@ async def relay_any(request: web.Request) -> web.StreamResponse:
         # anything else (file uploads) streams through without being held in memory.
         data = await request.read() if length is not None and length <= (1 << 20) \
             else _body_chunks(request)
-    resp = await state.upstream.open(request.method, "/" + request.match_info["tail"],
-                                     headers, data, request.query_string)
+    resp = await upstream.open(request.method, "/" + request.match_info["tail"],
+                               headers, data, request.query_string)
     try:
-        return await relay(request, state.upstream, resp)
+        return await relay(request, upstream, resp)
     finally:
         resp.release()
 

@@ -145,3 +145,16 @@ def test_metrics_label_each_api(make_harness: Callable[..., Harness]) -> None:
     text = requests.get(h.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert 'context_proxy_requests_total{route="messages",status_class="2xx"} 1.0' in text
     assert 'context_proxy_requests_total{route="responses",status_class="2xx"} 1.0' in text
+
+
+def test_other_messages_paths_go_to_the_anthropic_upstream(make_harness: Callable[..., Harness]
+                                                          ) -> None:
+    h = make_harness()
+    key = h.create_key("acme")
+    with anthropic_client(h, key) as client:
+        client.post("/v1/messages/count_tokens", cast_to=object,
+                    body={"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]})
+    rec = h.fake.requests[-1]
+    sent = {k.lower(): v for k, v in rec.headers.items()}
+    assert rec.path == "/v1/messages/count_tokens"
+    assert sent["x-api-key"] == "sk-ant-upstream-secret-0123456789" and key not in str(sent)

@@ -113,7 +113,7 @@ async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, flo
         from proxy.policy.rows import load_snapshot
 
         t0 = time.perf_counter()
-        policies._apply(await asyncio.to_thread(load_snapshot, store.path))
+        policies._apply(await asyncio.to_thread(store.snapshot, load_snapshot))
         reload_ms = (time.perf_counter() - t0) * 1e3
     finally:
         store.close()

@@ -36,7 +36,7 @@ log = logging.getLogger("context_proxy")
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    store = Store(settings.db_path)
+    store = Store(settings.store_target, settings.db_pool_size)
     metrics = Metrics()
     upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
                         settings.upstream_timeout_s, metrics)

@@ -1,10 +1,10 @@
 """Who is calling: turn the ``Authorization`` header into a ``Principal``.
 
-Key lookups are cached in memory. The cache is checked against SQLite's ``data_version`` (which
-moves on any commit by another connection, including the CLI in another process) and then
-against a ``keys_version`` counter, at most every ``CHECK_EVERY_S`` and at once after a key
-write of this process: a key revoked in this process is refused on the very next request, one
-revoked by another process within 50 ms, and a request normally costs one dictionary lookup.
+Key lookups are cached in memory. The cache is checked against the store's ``keys_version``
+counter (moved by every key write of any process: the CLI, another replica), at most every
+``CHECK_EVERY_S`` and at once after a key write of this process: a key revoked in this process
+is refused on the very next request, one revoked by another process within 50 ms, and a
+request normally costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ class Authenticator:
         self.mode = mode
         self.upstream_key = upstream_key
         self._cache: dict[str, Principal | None] = {}
-        self._data_version = -1
         self._keys_version = -1
         self._checked = float("-inf")
         self._writes = -1
@@ -68,13 +67,10 @@ class Authenticator:
         if now - self._checked < CHECK_EVERY_S and self._writes == self.store.key_writes:
             return self._cache
         self._checked, self._writes = now, self.store.key_writes
-        dv = self.store.data_version()
-        if dv != self._data_version:
-            self._data_version = dv
-            kv = self.store.keys_version()
-            if kv != self._keys_version:
-                self._keys_version = kv
-                self._cache.clear()
+        kv = self.store.keys_version()
+        if kv != self._keys_version:
+            self._keys_version = kv
+            self._cache.clear()
         return self._cache
 
     def _resolve(self, token: str, digest: str) -> Principal | None:

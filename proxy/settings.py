@@ -39,7 +39,32 @@ def _env_number(name: str, env: Mapping[str, str], default: float) -> float:
     return value
 
 
+def _env_count(name: str, env: Mapping[str, str], default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"environment: {name}: expected a whole number of at least 1, "
+                          f"got {raw!r}")
+    return int(raw)
+
+
 LOG_FORMATS = ("text", "json")
+DATABASE_SCHEMES = ("postgresql", "postgres")
+
+
+def check_database_url(raw: str | None) -> str | None:
+    """``CONTEXT_PROXY_DATABASE_URL`` (unset or empty: None, the SQLite file). The error names
+    the variable and the scheme, never the rest (it may hold a password)."""
+    url = (raw or "").strip()
+    if not url:
+        return None
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in DATABASE_SCHEMES:
+        shown = f"scheme {scheme.lower()[:20]!r}" if sep else "no scheme"
+        raise ConfigError("environment: CONTEXT_PROXY_DATABASE_URL: expected a postgresql:// "
+                          f"URL, got one with {shown}")
+    return "postgresql://" + rest
 
 
 def check_port(value: object, name: str) -> int:
@@ -82,6 +107,8 @@ class Settings:
     auth_mode: str = "proxy_keys"
     policies_dir: Path | None = None
     db_path: Path = Path("context-proxy.db")
+    database_url: str | None = None  # PostgreSQL instead of the file at db_path
+    db_pool_size: int = 10
     admin_token: str | None = None
     manual_compaction: bool = False
     upstream_timeout_s: float = 600.0
@@ -91,6 +118,11 @@ class Settings:
     shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
     log_format: str = "text"
     platform: PlatformConfig = field(default_factory=PlatformConfig)
+
+    @property
+    def store_target(self) -> Path | str:
+        """What ``Store`` opens: the PostgreSQL URL when one is set, else the SQLite file."""
+        return self.database_url or self.db_path
 
 
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -125,6 +157,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         auth_mode=mode,
         policies_dir=folder,
         db_path=Path(env.get("CONTEXT_PROXY_DB", "context-proxy.db")),
+        database_url=check_database_url(env.get("CONTEXT_PROXY_DATABASE_URL")),
+        db_pool_size=_env_count("CONTEXT_PROXY_DB_POOL_SIZE", env, 10),
         admin_token=env.get("CONTEXT_PROXY_ADMIN_TOKEN") or None,
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import hypothesis  # noqa: F401  (see below)
 import openai
 import pytest
+from pgtest import fresh_schema, on_postgres
 
+from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -18,8 +22,53 @@ from proxy.testing.harness import Harness
 # still be running, and CPython 3.11's AST state is not thread-safe (SystemError).
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store", choices=("sqlite", "postgres"), default="sqlite",
+                     help="the store every proxy the tests start uses (postgres: a fresh "
+                          "schema per test on TEST_DATABASE_URL)")
+
+
+@pytest.fixture(autouse=True)
+def database_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+                 ) -> Iterator[str | None]:
+    """With ``--store=postgres``: this test's fresh schema, as ``CONTEXT_PROXY_DATABASE_URL``
+    (so the harness and every CLI subprocess use it); None on SQLite."""
+    if not on_postgres(request.config):
+        monkeypatch.delenv("CONTEXT_PROXY_DATABASE_URL", raising=False)
+        yield None
+        return
+    with fresh_schema() as url:
+        monkeypatch.setenv("CONTEXT_PROXY_DATABASE_URL", url)
+        yield url
+
+
 @pytest.fixture
-def make_harness(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+def store_target(tmp_path: Path, database_url: str | None) -> Callable[[str], Path | str]:
+    """``store_target(name)``: where a test's own ``Store`` lives: ``tmp_path / name`` on
+    SQLite, this test's schema on PostgreSQL (one schema: every name is the same store)."""
+    return lambda name: database_url or tmp_path / name
+
+
+@pytest.fixture
+def new_store(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[[str], Store]]:
+    """``new_store(name)``: a store of its own (a new file in ``tmp_path``, or a fresh schema),
+    closed at the end of the test."""
+    made = itertools.count()
+    with ExitStack() as stack:
+        def make(name: str) -> Store:
+            if on_postgres(pytestconfig):
+                target: Path | str = stack.enter_context(fresh_schema())
+            else:
+                target = tmp_path / f"{next(made)}-{name}"
+            store = Store(target)
+            stack.callback(store.close)
+            return store
+
+        yield make
+
+
+@pytest.fixture
+def make_harness(tmp_path: Path, database_url: str | None) -> Iterator[Callable[..., Harness]]:
     """Start a proxy + fake upstream; stopped at the end of the test."""
     started: list[Harness] = []
 

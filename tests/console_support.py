@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +63,9 @@ class Console:
         return resp.json()["fields"]  # type: ignore[no-any-return]
 
     def stored_layers(self) -> list[tuple[str, str, str]]:
-        conn = sqlite3.connect(self.h.state.store.path)
-        try:
-            return conn.execute("SELECT org, user, fields FROM policy_layers ORDER BY 1, 2"
-                                ).fetchall()
-        finally:
-            conn.close()
+        rows = self.h.state.store.read(
+            'SELECT org, "user", fields FROM policy_layers ORDER BY 1, 2')
+        return [tuple(r) for r in rows]
 
 
 @pytest.fixture

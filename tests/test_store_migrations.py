@@ -1,4 +1,5 @@
-"""Store migrations: 004 drops the columns 003 created but nothing ever wrote, keeping the rows."""
+"""SQLite store migrations (old files keep migrating as released): 004 drops the columns 003
+created but nothing ever wrote, keeping the rows."""
 
 from __future__ import annotations
 
@@ -96,8 +97,8 @@ def test_opening_the_store_migrates_an_old_database(tmp_path: Path) -> None:
     _old_database(tmp_path / "old.db").conn.close()
     store = Store(tmp_path / "old.db")
     try:
-        row = store.reader.execute("SELECT * FROM compactions").fetchone()
+        row = store.read_one("SELECT * FROM compactions")
         assert dict(row) == {**_without(COMPACTION, "text"), "truncated": 0}
-        assert "usage_messages" not in _columns(store.db, "conversations")
+        assert "usage_messages" not in _columns(store.backend.db, "conversations")
     finally:
         store.close()

@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve(settings: Settings) -> int:
     from proxy.cli import startup
 
-    startup.check_store(settings.db_path)
+    startup.check_store(settings)
     sock = startup.listen(settings.host, settings.port)
     log = logging.getLogger("context_proxy")
     if settings.auth_mode == "proxy_keys" and not settings.upstream_api_key:
@@ -80,7 +80,7 @@ def cmd_recall_audit(args: argparse.Namespace) -> int:
 def _store(args: argparse.Namespace) -> Store:
     from proxy.cli.startup import open_store
 
-    return open_store(load_settings().db_path)
+    return open_store(load_settings())
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:

@@ -98,7 +98,8 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout, serve: bool = False,
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
     with tempfile.TemporaryDirectory() as tmp, \
-            Harness(Path(tmp), fake=fake, platform=PlatformConfig(), port=port) as h:
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig(), port=port,
+                    env={"CONTEXT_PROXY_DATABASE_URL": ""}) as h:  # offline: a temporary file
         key = h.create_key("demo-org")  # the platform: the embedded defaults
         with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as client:
             played = _play(out, turns, client, fake, script)

@@ -1,7 +1,7 @@
 """``context-proxy policy show|set|clear|validate``: the CLI side of the policy layers.
 
 It applies the admin API's rules (``proxy.policy.layers.check_write``: unknown field, wrong value,
-locked field, YAML-managed organization) and writes the same SQLite rows; a running server picks
+locked field, YAML-managed organization) and writes the same store rows; a running server picks
 the change up within a second (``proxy.policy.watch``). Exit status: 0 done, 1 refused or
 invalid (the message on stderr names the field, or the file and key).
 """
@@ -12,8 +12,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -30,16 +31,23 @@ from proxy.policy.platform import load_policies
 from proxy.policy.rows import clear_layer, load_layers, write_layer
 from proxy.settings import Settings, load_settings
 
+T = TypeVar("T")
 
-def _open(settings: Settings) -> Path:
-    from proxy.store import Store
 
-    Store(settings.db_path).close()  # creates and migrates the database when needed
-    return settings.db_path
+def _in_store(settings: Settings, write: bool, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(tx, *args)`` in a write (or read) transaction of the store the settings name,
+    created and migrated when needed."""
+    from proxy.cli.startup import open_store
+
+    store = open_store(settings)
+    try:
+        return store.atomic(fn, *args) if write else store.snapshot(fn, *args)
+    finally:
+        store.close()
 
 
 def _print_view(settings: Settings, org: str, user: str | None) -> None:
-    stored = load_layers(_open(settings), org, user)
+    stored = _in_store(settings, False, load_layers, org, user)
     org_layer, user_layer = pick_layers(settings.platform, stored, org, user)
     view = {"org": org, "user": user,
             "managed_by": "yaml" if org in settings.platform.orgs else "api",
@@ -81,7 +89,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except LayerWriteError as e:
         return _fail(e.message)
-    write_layer(_open(settings), args.org, args.user, patch)
+    _in_store(settings, True, write_layer, args.org, args.user, patch)
     _print_view(settings, args.org, args.user)
     return 0
 
@@ -92,7 +100,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         check_clear(settings.platform, args.org, args.user)
     except LayerWriteError as e:
         return _fail(e.message)
-    clear_layer(_open(settings), args.org, args.user)
+    _in_store(settings, True, clear_layer, args.org, args.user)
     _print_view(settings, args.org, args.user)
     return 0
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import sqlite3
 import sys
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.errors import ConfigError
@@ -25,18 +23,31 @@ HOST_SETTING = "CONTEXT_PROXY_HOST / --host"
 PORT_SETTING = "CONTEXT_PROXY_PORT / --port"
 
 
-def open_store(path: Path) -> Store:
-    """The store at ``path``, migrated; ``ConfigError`` naming ``CONTEXT_PROXY_DB`` when it cannot
-    be opened or written."""
+def open_store(settings: Settings) -> Store:
+    """The store the settings name, migrated; ``ConfigError`` naming ``CONTEXT_PROXY_DB`` (a file
+    that cannot be opened or written) or ``CONTEXT_PROXY_DATABASE_URL`` (a server that cannot be
+    reached), without the URL's password."""
+    if settings.database_url is None:
+        from proxy.store import sqlite
+
+        try:
+            return Store(settings.db_path)
+        except sqlite.OPEN_ERRORS as e:
+            raise ConfigError(f"CONTEXT_PROXY_DB: cannot open the store at "
+                              f"{str(settings.db_path)!r}: {e}") from None
+    from proxy.store import postgres
+
+    url = settings.database_url
     try:
-        return Store(path)
-    except (sqlite3.Error, OSError) as e:
-        raise ConfigError(f"CONTEXT_PROXY_DB: cannot open the store at {str(path)!r}: {e}"
-                          ) from None
+        return Store(url, settings.db_pool_size)
+    except postgres.OPEN_ERRORS as e:
+        reason = postgres.scrub(" ".join(str(e).split()), url)
+        raise ConfigError(f"CONTEXT_PROXY_DATABASE_URL: cannot open the store at "
+                          f"{postgres.public_url(url)}: {reason}") from None
 
 
-def check_store(path: Path) -> None:
-    open_store(path).close()
+def check_store(settings: Settings) -> None:
+    open_store(settings).close()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -70,8 +81,16 @@ def startup_line(settings: Settings, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     policies = str(settings.policies_dir) if settings.policies_dir else "none (built-in defaults)"
     return (f"context-proxy listening on http://{host}:{port}; upstream "
-            f"{_public_url(settings.upstream_url)}; policies {policies}; store sqlite "
-            f"{settings.db_path}; auth {settings.auth_mode}")
+            f"{_public_url(settings.upstream_url)}; policies {policies}; store {_store(settings)}; "
+            f"auth {settings.auth_mode}")
+
+
+def _store(settings: Settings) -> str:
+    if settings.database_url:
+        from proxy.store.postgres import public_url
+
+        return f"postgresql {public_url(settings.database_url)}"
+    return f"sqlite {settings.db_path}"
 
 
 class JsonFormatter(logging.Formatter):

@@ -80,10 +80,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     await _flushed(request)
     await state.policies.refresh()
-    conn = state.store.reader
-    usage = queries.usage_by_org(conn)
-    series = queries.hourly_series(conn)
-    orgs = {o["org"]: o for o in state.policies.list_orgs(key_counts(conn))}
+    usage = queries.usage_by_org(state.store)
+    series = queries.hourly_series(state.store)
+    orgs = {o["org"]: o for o in state.policies.list_orgs(state.store.snapshot(key_counts))}
     for name in usage:  # an organization known only by its traffic (passthrough's default)
         orgs.setdefault(name, {"org": name, "managed_by": state.policies.managed_by(name),
                                "users": []})
@@ -97,7 +96,7 @@ async def conversations_page(request: web.Request) -> web.StreamResponse:
     require_session(request)
     org, _ = target(request)
     await _flushed(request)
-    rows = queries.conversations(request.app[STATE].store.reader, org)
+    rows = queries.conversations(request.app[STATE].store, org)
     return render(request, "conversations.html", org=org, quoted=quote(org, safe=""),
                   conversations=rows, limit=queries.LIST_LIMIT)
 
@@ -105,7 +104,7 @@ async def conversations_page(request: web.Request) -> web.StreamResponse:
 def _conversation(request: web.Request) -> tuple[str, str, dict[str, Any]]:
     org, _ = target(request)
     key = request.match_info["conversation"]
-    found = queries.conversation(request.app[STATE].store.reader, org, key)
+    found = queries.conversation(request.app[STATE].store, org, key)
     if found is None:
         raise Refused(404, "No such conversation in this organization.")
     return org, key, found
@@ -117,12 +116,12 @@ async def conversation_page(request: web.Request) -> web.StreamResponse:
     await _flushed(request)
     org, key, found = _conversation(request)
     state = request.app[STATE]
-    summaries = queries.summaries(state.store.reader, key)
+    summaries = queries.summaries(state.store, key)
     dividers = [{**d, "summary": summaries.get(d["id"], "")}
                 for d in state.context.records.dividers(key)]
     return render(request, "conversation.html", org=org, quoted=quote(org, safe=""), key=key,
                   conversation=found, dividers=dividers,
-                  spills=queries.spills(state.store.reader, key))
+                  spills=queries.spills(state.store, key))
 
 
 @page

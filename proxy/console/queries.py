@@ -1,18 +1,18 @@
 """What the console reads from the store: usage totals and series, conversations, their records.
 
 Every query is indexed or bounded (at most ``LIST_LIMIT`` rows of a list) and runs on the
-store's reader connection. Nothing here returns a key or a key hash: organizations and users
-carry key counts only.
+store's read path (``Store.read``). Nothing here returns a key or a key hash: organizations and
+users carry key counts only.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.context.hourly import COUNTS, OUTCOMES, hour_of
+from proxy.store import Store
 
 LIST_LIMIT = 200
 HOURS = 24
@@ -25,7 +25,7 @@ class Totals:
     keys: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
 
-    def add(self, row: sqlite3.Row) -> None:
+    def add(self, row: Any) -> None:
         for name in COUNTS:
             self.counts[name] += int(row[name] or 0)
 
@@ -48,17 +48,17 @@ class OrgUsage:
         return self.users.setdefault(name, Totals())
 
 
-def usage_by_org(conn: sqlite3.Connection) -> dict[str, OrgUsage]:
+def usage_by_org(store: Store) -> dict[str, OrgUsage]:
     """Organization -> its totals and its users' totals, with active key counts."""
     out: dict[str, OrgUsage] = {}
     sums = ", ".join(f"SUM({c}) AS {c}" for c in COUNTS)
-    for row in conn.execute(f"SELECT org, user, {sums} FROM usage_hourly GROUP BY org, user"):
+    for row in store.read(f'SELECT org, "user", {sums} FROM usage_hourly GROUP BY org, "user"'):
         usage = out.setdefault(row["org"], OrgUsage())
         usage.org.add(row)
         if row["user"]:
             usage.user(row["user"]).add(row)
-    for row in conn.execute("SELECT org, user, COUNT(*) AS n FROM keys "
-                            "WHERE revoked_at IS NULL GROUP BY org, user"):
+    for row in store.read('SELECT org, "user", COUNT(*) AS n FROM keys '
+                          'WHERE revoked_at IS NULL GROUP BY org, "user"'):
         usage = out.setdefault(row["org"], OrgUsage())
         usage.org.keys += int(row["n"])
         if row["user"]:
@@ -66,7 +66,7 @@ def usage_by_org(conn: sqlite3.Connection) -> dict[str, OrgUsage]:
     return out
 
 
-def hourly_series(conn: sqlite3.Connection, now: float | None = None
+def hourly_series(store: Store, now: float | None = None
                   ) -> dict[str, dict[str, list[int]]]:
     """Organization -> ``tokens_received``/``tokens_sent``/``cached_tokens`` per hour, the last
     ``HOURS`` hours oldest first (the current hour last)."""
@@ -74,7 +74,7 @@ def hourly_series(conn: sqlite3.Connection, now: float | None = None
     first = last - (HOURS - 1) * 3600
     names = ("tokens_received", "tokens_sent", "cached_tokens")
     out: dict[str, dict[str, list[int]]] = {}
-    rows = conn.execute(
+    rows = store.read(
         f"SELECT org, hour, {', '.join(f'SUM({n}) AS {n}' for n in names)} FROM usage_hourly "
         "WHERE hour >= ? AND hour <= ? GROUP BY org, hour", [first, last])
     for row in rows:
@@ -85,9 +85,9 @@ def hourly_series(conn: sqlite3.Connection, now: float | None = None
     return out
 
 
-def conversations(conn: sqlite3.Connection, org: str) -> list[dict[str, Any]]:
+def conversations(store: Store, org: str) -> list[dict[str, Any]]:
     """The organization's conversations, newest first, with their compaction counts."""
-    rows = conn.execute(
+    rows = store.read(
         "SELECT c.id, c.public_id, c.created_at, c.updated_at, c.last_tokens_before, "
         "c.last_tokens_after, (SELECT COUNT(*) FROM compactions k WHERE k.conversation = c.id) "
         "AS compactions FROM conversations c WHERE c.org = ? "
@@ -95,23 +95,22 @@ def conversations(conn: sqlite3.Connection, org: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def conversation(conn: sqlite3.Connection, org: str, key: str) -> dict[str, Any] | None:
-    row = conn.execute("SELECT * FROM conversations WHERE id = ? AND org = ?",
-                       [key, org]).fetchone()
+def conversation(store: Store, org: str, key: str) -> dict[str, Any] | None:
+    row = store.read_one("SELECT * FROM conversations WHERE id = ? AND org = ?", [key, org])
     return dict(row) if row else None
 
 
-def summaries(conn: sqlite3.Connection, key: str) -> dict[str, str]:
+def summaries(store: Store, key: str) -> dict[str, str]:
     """Divider id -> the summary its compaction made."""
-    rows = conn.execute("SELECT id, summary FROM compactions WHERE conversation = ?", [key])
+    rows = store.read("SELECT id, summary FROM compactions WHERE conversation = ?", [key])
     return {str(r["id"]): str(r["summary"]) for r in rows}
 
 
-def spills(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
+def spills(store: Store, key: str) -> list[dict[str, Any]]:
     """The conversation's retained spills (without their content), in the order they were
-    stored."""
-    rows = conn.execute(
+    stored (then by id)."""
+    rows = store.read(
         "SELECT id, tool_name, tool_call_id, tokens, created_at, expires_at FROM spills "
-        "WHERE conversation = ? AND expires_at > ? ORDER BY created_at, rowid LIMIT ?",
+        "WHERE conversation = ? AND expires_at > ? ORDER BY created_at, id LIMIT ?",
         [key, time.time(), LIST_LIMIT])
     return [dict(r) for r in rows]

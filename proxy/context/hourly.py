@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import sqlite_utils
+    from proxy.store import Tx
 
 OUTCOMES = ("auto", "manual", "reused", "failed", "insufficient")
 COUNTS = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
@@ -88,20 +88,22 @@ class HourlyUsage:
         for conversation, turn in batch.turns.items():
             self.turns.setdefault(conversation, turn)
 
-    def write(self, db: sqlite_utils.Database) -> None:
-        """Add the batch to the tables; the caller holds the transaction."""
+    def write(self, tx: Tx) -> None:
+        """Add the batch to the tables, in the caller's transaction ``tx``."""
         names = ", ".join(COUNTS)
-        add = ", ".join(f"{c} = {c} + excluded.{c}" for c in COUNTS)
-        sql = (f"INSERT INTO usage_hourly (org, user, hour, {names}) VALUES (?, ?, ?, "
-               f"{', '.join('?' * len(COUNTS))}) ON CONFLICT(org, user, hour) DO UPDATE SET {add}")
+        add = ", ".join(f"{c} = usage_hourly.{c} + excluded.{c}" for c in COUNTS)
+        sql = (f'INSERT INTO usage_hourly (org, "user", hour, {names}) VALUES (?, ?, ?, '
+               f"{', '.join('?' * len(COUNTS))}) ON CONFLICT(org, \"user\", hour) "
+               f"DO UPDATE SET {add}")
         for (org, user, hour), counts in self.rows.items():
-            db.execute(sql, [org, user, hour, *counts])
+            tx.execute(sql, [org, user, hour, *counts])
         for conversation, t in self.turns.items():
-            db.execute(
+            tx.execute(
                 "INSERT INTO conversations (id, org, created_at, updated_at, public_id, "
                 "last_tokens_before, last_tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET public_id = excluded.public_id, "
                 "last_tokens_before = excluded.last_tokens_before, "
                 "last_tokens_after = excluded.last_tokens_after, "
-                "updated_at = MAX(COALESCE(updated_at, 0), excluded.updated_at)",
+                "updated_at = CASE WHEN excluded.updated_at > COALESCE(conversations.updated_at, 0)"
+                " THEN excluded.updated_at ELSE conversations.updated_at END",
                 [conversation, t.org, t.at, t.at, t.public_id, t.before, t.after])

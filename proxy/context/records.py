@@ -16,7 +16,7 @@ from typing import Any
 
 from proxy.context.hourly import HourlyUsage
 from proxy.context.stages.mask import Spill
-from proxy.store import Store
+from proxy.store import Store, Tx
 
 DIVIDER_TEXT = {"auto": "Earlier messages were summarized to free up context",
                 "manual": "Context summarized on request"}
@@ -97,35 +97,31 @@ class Records:
     def latest(self, conversation: str) -> CompactionRecord | None:
         if conversation in self._latest:
             return self._latest[conversation]
-        row = self.store.reader.execute(
+        row = self.store.read_one(
             "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq DESC LIMIT 1",
-            [conversation]).fetchone()
+            [conversation])
         rec = _record(dict(row)) if row else None
         self._remember(self._latest, conversation, rec)
         return rec
 
     def dividers(self, conversation: str) -> list[dict[str, Any]]:
-        rows = self.store.reader.execute(
+        rows = self.store.read(
             "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq", [conversation])
         return [_record(dict(r)).divider() for r in rows]
 
     def exists(self, conversation: str) -> bool:
         if conversation in self._known:
             return True
-        return self.store.reader.execute(
-            "SELECT 1 FROM conversations WHERE id = ?", [conversation]).fetchone() is not None
+        return self.store.read_one(
+            "SELECT 1 FROM conversations WHERE id = ?", [conversation]) is not None
 
     async def ensure(self, org: str, conversation: str) -> None:
         """Record that the conversation exists (once per process, not once per turn)."""
         if conversation in self._known:
             return
         if not self.exists(conversation):
-            await self.store.write(self._touch_committed, org, conversation)
+            await self.store.write(self._touch, org, conversation)
         self._remember(self._known, conversation, None)
-
-    def _touch_committed(self, org: str, conversation: str) -> None:
-        with self.store.db.conn:
-            self._touch(org, conversation)
 
     async def add_compaction(self, org: str, conversation: str, **values: Any
                              ) -> CompactionRecord:
@@ -137,17 +133,19 @@ class Records:
         made = time.time()
         div_id = "div_" + secrets.token_hex(8)
 
-        def write() -> CompactionRecord:
-            with self.store.db.conn:
-                self._touch(org, conversation)
-                row = self.store.db.execute(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
-                    [conversation]).fetchone()
-                rec = CompactionRecord(id=div_id, conversation=conversation, seq=int(row[0]),
-                                       created_at=made, **values)
-                stored = asdict(rec)
-                stored["preserved"] = json.dumps(list(rec.preserved))
-                self.store.db.table("compactions").insert(stored)
+        def write(tx: Tx) -> CompactionRecord:
+            tx.lock(f"conversation {conversation}")  # replicas number one at a time
+            self._touch(tx, org, conversation)
+            row = tx.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
+                [conversation]).fetchone()
+            rec = CompactionRecord(id=div_id, conversation=conversation, seq=int(row[0]),
+                                   created_at=made, **values)
+            stored = asdict(rec)
+            stored["preserved"] = json.dumps(list(rec.preserved))
+            stored["truncated"] = int(rec.truncated)
+            tx.execute(f"INSERT INTO compactions ({', '.join(stored)}) "
+                       f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))
             return rec
 
         rec = await self.store.write(write)
@@ -156,9 +154,10 @@ class Records:
             self._remember(self._latest, conversation, rec)
         return rec
 
-    def _touch(self, org: str, conversation: str) -> None:
+    @staticmethod
+    def _touch(tx: Tx, org: str, conversation: str) -> None:
         now = time.time()
-        self.store.db.execute(
+        tx.execute(
             "INSERT INTO conversations (id, org, created_at, updated_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
             [conversation, org, now, now])
@@ -178,10 +177,12 @@ class Records:
                  "tokens": s.tokens, "created_at": now,
                  "expires_at": now + retention_days * 86400} for s in fresh]
 
-        def write() -> None:
-            with self.store.db.conn:
-                self._touch(org, conversation)
-                self.store.db.table("spills").insert_all(rows, ignore=True)
+        def write(tx: Tx) -> None:
+            self._touch(tx, org, conversation)
+            for row in rows:
+                tx.execute(f"INSERT INTO spills ({', '.join(row)}) VALUES "
+                           f"({', '.join('?' * len(row))}) ON CONFLICT DO NOTHING",
+                           list(row.values()))
 
         await self.store.write(write)
         for s in fresh:
@@ -193,10 +194,10 @@ class Records:
         if not _SPILL_ID.fullmatch(spill_id):
             return None
         # Ids are lowercase hex: every id starting with the prefix sorts in [prefix, prefix~).
-        row = self.store.reader.execute(
+        row = self.store.read_one(
             "SELECT * FROM spills WHERE conversation = ? AND id >= ? AND id < ? "
             "AND expires_at > ? ORDER BY id LIMIT 1",
-            [conversation, spill_id, spill_id + "~", time.time()]).fetchone()
+            [conversation, spill_id, spill_id + "~", time.time()])
         if row is None:
             return None
         return {"id": row["id"], "object": "conversation.spill", "tool_name": row["tool_name"],
@@ -205,10 +206,9 @@ class Records:
                 "content": row["content"]}
 
     async def purge_expired(self) -> int:
-        def write() -> int:
-            with self.store.db.conn:
-                return int(self.store.db.execute(
-                    "DELETE FROM spills WHERE expires_at <= ?", [time.time()]).rowcount)
+        def write(tx: Tx) -> int:
+            return int(tx.execute("DELETE FROM spills WHERE expires_at <= ?",
+                                  [time.time()]).rowcount)
 
         return await self.store.write(write)
 
@@ -217,9 +217,9 @@ class Records:
     def usage(self, conversation: str) -> Usage | None:
         if conversation in self._usage:
             return self._usage[conversation]
-        row = self.store.reader.execute(
+        row = self.store.read_one(
             "SELECT usage_prompt_tokens, usage_estimate FROM conversations WHERE id = ?",
-            [conversation]).fetchone()
+            [conversation])
         usage = Usage(row[0], row[1]) if row and row[0] and row[1] else None
         self._remember(self._usage, conversation, usage)
         return usage
@@ -229,12 +229,10 @@ class Records:
         """Remember what the upstream said the last prompt cost against what we estimated."""
         self._remember(self._usage, conversation, Usage(prompt_tokens, estimate))
 
-        def write() -> None:
-            with self.store.db.conn:
-                self._touch(org, conversation)
-                self.store.db.execute(
-                    "UPDATE conversations SET usage_prompt_tokens = ?, usage_estimate = ? "
-                    "WHERE id = ?", [prompt_tokens, estimate, conversation])
+        def write(tx: Tx) -> None:
+            self._touch(tx, org, conversation)
+            tx.execute("UPDATE conversations SET usage_prompt_tokens = ?, usage_estimate = ? "
+                       "WHERE id = ?", [prompt_tokens, estimate, conversation])
 
         await self.store.write(write)
 
@@ -259,19 +257,18 @@ class Records:
         pending, self._pending = self._pending, {}
         hourly = self.hourly.take()
         now = time.time()
-        assignments = ", ".join(f"{c} = {c} + excluded.{c}" for c in _TOTALS)
+        assignments = ", ".join(f"{c} = usage_totals.{c} + excluded.{c}" for c in _TOTALS)
 
-        def write() -> None:
-            with self.store.db.conn:
-                for (org, conversation, model), deltas in pending.items():
-                    self._touch(org, conversation)
-                    self.store.db.execute(
-                        f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
-                        f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "
-                        f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
-                        "updated_at = excluded.updated_at",
-                        [conversation, model, *deltas, now])
-                hourly.write(self.store.db)
+        def write(tx: Tx) -> None:
+            for (org, conversation, model), deltas in pending.items():
+                self._touch(tx, org, conversation)
+                tx.execute(
+                    f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
+                    f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "
+                    f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
+                    "updated_at = excluded.updated_at",
+                    [conversation, model, *deltas, now])
+            hourly.write(tx)
 
         try:
             await self.store.write(write)
@@ -285,9 +282,9 @@ class Records:
 
     def usage_totals(self, conversation: str) -> dict[str, dict[str, int]]:
         """Model -> the conversation's totals (written and pending)."""
-        rows = self.store.reader.execute(
+        rows = self.store.read(
             f"SELECT model, {', '.join(_TOTALS)} FROM usage_totals WHERE conversation = ?",
-            [conversation]).fetchall()
+            [conversation])
         out = {r[0]: dict(zip(_TOTALS, r[1:], strict=True)) for r in rows}
         for (_, conv, model), deltas in self._pending.items():
             if conv == conversation:

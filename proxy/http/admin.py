@@ -73,7 +73,8 @@ async def list_orgs(request: web.Request) -> web.Response:
     _authorize(request)
     state = request.app[STATE]
     await state.policies.refresh()
-    return web.json_response({"orgs": state.policies.list_orgs(key_counts(state.store.reader))})
+    keys = state.store.snapshot(key_counts)
+    return web.json_response({"orgs": state.policies.list_orgs(keys)})
 
 
 async def policy_view(request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     try:
-        state.store.reader.execute("SELECT 1").fetchone()
+        state.store.ping()
     except Exception as e:  # the database is the only local dependency
         return web.json_response({"status": "unavailable", "reason": type(e).__name__},
                                  status=503)

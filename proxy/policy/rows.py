@@ -1,4 +1,4 @@
-"""Organization and user policy layers in SQLite (table ``policy_layers``, migration 002).
+"""Organization and user policy layers in the store (table ``policy_layers``, migration 002).
 
 One row per layer: ``user = ''`` is the organization layer, any other value a user layer;
 ``fields`` is a JSON object of dotted field name to value (only the fields that layer sets).
@@ -6,23 +6,22 @@ Every change also bumps the ``policy_version`` row of table ``meta`` (created on
 the same transaction, so a running server notices changes made by any process (the CLI) with one
 cheap read, and reloads.
 
-These functions are synchronous and open their own connection: the server runs them on the
-store's writer thread (``Store.write``) or in a worker thread, the CLI calls them directly.
+These functions take an open transaction (``Tx``) and are synchronous: the server runs them
+through ``Store.write`` (the writer thread) or ``Store.snapshot`` in a worker thread, the CLI
+through ``Store.atomic`` and ``Store.snapshot``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from proxy.policy.model import FIELDS, PolicyError, ProtectedRule
+from proxy.store.base import Tx
 
 log = logging.getLogger("context_proxy.policy")
 
@@ -49,14 +48,8 @@ class Snapshot:
     layers: dict[LayerKey, dict[str, Any]]
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 5000")
-    return conn
-
-
-def read_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE name = 'policy_version'").fetchone()
+def read_version(tx: Tx) -> int:
+    row = tx.execute("SELECT value FROM meta WHERE name = 'policy_version'").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -84,27 +77,17 @@ def parse_fields(raw: str, org: str, user: str) -> dict[str, Any]:
     return out
 
 
-def load_snapshot(path: Path) -> Snapshot:
-    """Read every layer and the version in one read transaction (so they agree)."""
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN")
-        version = read_version(conn)
-        rows = conn.execute("SELECT org, user, fields FROM policy_layers").fetchall()
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+def load_snapshot(tx: Tx) -> Snapshot:
+    """Every layer and the version; run it in ``Store.snapshot`` so that they agree."""
+    version = read_version(tx)
+    rows = tx.execute('SELECT org, "user", fields FROM policy_layers').fetchall()
     return Snapshot(version, {(o, u or ""): parse_fields(f, o, u or "") for o, u, f in rows})
 
 
-def load_layers(path: Path, org: str, user: str | None) -> dict[LayerKey, dict[str, Any]]:
+def load_layers(tx: Tx, org: str, user: str | None) -> dict[LayerKey, dict[str, Any]]:
     """The organization layer and, when ``user`` is given, that user's layer (CLI reads)."""
-    conn = connect(path)
-    try:
-        rows = conn.execute("SELECT org, user, fields FROM policy_layers WHERE org = ? AND "
-                            "user IN ('', ?)", [org, user or ""]).fetchall()
-    finally:
-        conn.close()
+    rows = tx.execute('SELECT org, "user", fields FROM policy_layers WHERE org = ? AND '
+                      '"user" IN (\'\', ?)', [org, user or ""]).fetchall()
     return {(o, u): parse_fields(f, o, u) for o, u, f in rows}
 
 
@@ -117,69 +100,53 @@ class WriteResult:
     new_version: int
 
 
-def _bump(conn: sqlite3.Connection) -> tuple[int, int]:
-    old = read_version(conn)
-    conn.execute("INSERT INTO meta (name, value) VALUES ('policy_version', ?) "
-                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value", [old + 1])
+def _bump(tx: Tx) -> tuple[int, int]:
+    old = read_version(tx)
+    tx.execute("INSERT INTO meta (name, value) VALUES ('policy_version', ?) "
+               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", [old + 1])
     return old, old + 1
 
 
-@contextmanager
-def _immediate(path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection in a ``BEGIN IMMEDIATE`` transaction (read-modify-write with no other
-    writer in between), committed on success and rolled back on any error."""
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
-
-
-def write_layer(path: Path, org: str, user: str | None, patch: Mapping[str, Any]) -> WriteResult:
-    """Merge a validated ``patch`` into one layer atomically; a ``None`` value unsets the field.
+def write_layer(tx: Tx, org: str, user: str | None, patch: Mapping[str, Any]) -> WriteResult:
+    """Merge a validated ``patch`` into one layer atomically (run it in ``Store.atomic`` or
+    ``Store.write``); a ``None`` value unsets the field.
 
     An emptied layer's row is deleted. The caller has already checked names, locks and values.
     """
-    with _immediate(path) as conn:
-        row = conn.execute("SELECT fields FROM policy_layers WHERE org = ? AND user = ?",
-                           [org, user or ""]).fetchone()
-        current = parse_fields(row[0], org, user or "") if row else {}
-        for key, value in patch.items():
-            if value is None:
-                current.pop(key, None)
-            else:
-                current[key] = value
-        _store_row(conn, org, user or "", current)
-        old, new = _bump(conn)
+    tx.lock("policy layers")  # read-modify-write: no other writer in between, on any replica
+    row = tx.execute('SELECT fields FROM policy_layers WHERE org = ? AND "user" = ?',
+                     [org, user or ""]).fetchone()
+    current = parse_fields(row[0], org, user or "") if row else {}
+    for key, value in patch.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    _store_row(tx, org, user or "", current)
+    old, new = _bump(tx)
     return WriteResult(current, old, new)
 
 
-def clear_layer(path: Path, org: str, user: str | None) -> WriteResult:
+def clear_layer(tx: Tx, org: str, user: str | None) -> WriteResult:
     """Delete one layer ("use the platform default"); clearing an absent layer is a no-op write."""
-    with _immediate(path) as conn:
-        conn.execute("DELETE FROM policy_layers WHERE org = ? AND user = ?", [org, user or ""])
-        old, new = _bump(conn)
+    tx.lock("policy layers")
+    tx.execute('DELETE FROM policy_layers WHERE org = ? AND "user" = ?', [org, user or ""])
+    old, new = _bump(tx)
     return WriteResult({}, old, new)
 
 
-def _store_row(conn: sqlite3.Connection, org: str, user: str, fields: dict[str, Any]) -> None:
+def _store_row(tx: Tx, org: str, user: str, fields: dict[str, Any]) -> None:
     if not fields:
-        conn.execute("DELETE FROM policy_layers WHERE org = ? AND user = ?", [org, user])
+        tx.execute('DELETE FROM policy_layers WHERE org = ? AND "user" = ?', [org, user])
         return
-    conn.execute(
-        "INSERT INTO policy_layers (org, user, fields, updated_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT(org, user) DO UPDATE SET fields = excluded.fields, "
+    tx.execute(
+        'INSERT INTO policy_layers (org, "user", fields, updated_at) VALUES (?, ?, ?, ?) '
+        'ON CONFLICT(org, "user") DO UPDATE SET fields = excluded.fields, '
         "updated_at = excluded.updated_at",
         [org, user, json.dumps(to_json(fields), sort_keys=True), time.time()])
 
 
-def key_counts(conn: sqlite3.Connection) -> dict[str, int]:
+def key_counts(tx: Tx) -> dict[str, int]:
     """Active keys per organization (counts only: never a key or a hash)."""
-    rows = conn.execute("SELECT org, COUNT(*) FROM keys WHERE revoked_at IS NULL GROUP BY org")
+    rows = tx.execute("SELECT org, COUNT(*) FROM keys WHERE revoked_at IS NULL GROUP BY org")
     return {str(org): int(n) for org, n in rows.fetchall()}

@@ -28,7 +28,6 @@ from proxy.policy.rows import (
     WriteResult,
     clear_layer,
     load_snapshot,
-    read_version,
     write_layer,
 )
 
@@ -46,7 +45,6 @@ class PolicyService:
         self._store: Store | None = None
         self._stored: dict[LayerKey, dict[str, Any]] = {}
         self._version = 0  # policy_version of the layers held in memory
-        self._data_version = -1
         self._stale = False  # a write of another process slipped in: reload on next refresh
         self._cache: dict[str, dict[str | None, Policy]] = {}
         self._cached = 0
@@ -115,8 +113,7 @@ class PolicyService:
     def attach(self, store: Store) -> None:
         """Load every stored layer (synchronously: startup, before serving)."""
         self._store = store
-        self._data_version = store.data_version()
-        self._apply(load_snapshot(store.path))
+        self._apply(store.snapshot(load_snapshot))
 
     def _apply(self, snap: Snapshot) -> None:
         self._stored, self._version, self._stale = snap.layers, snap.version, False
@@ -137,18 +134,14 @@ class PolicyService:
 
     async def refresh(self) -> bool:
         """Reload the stored layers if any process changed them; True when reloaded. Costs one
-        pragma when nothing was committed since the last call."""
+        indexed read (the ``meta`` versions) when nothing changed."""
         store = self._store
         if store is None:
             return False
-        dv = store.data_version()
-        if dv == self._data_version and not self._stale:
-            return False
-        self._data_version = dv
-        if not self._stale and read_version(store.reader) == self._version:
+        if not self._stale and store.versions()["policy_version"] == self._version:
             return False
         async with self._lock:
-            self._apply(await asyncio.to_thread(load_snapshot, store.path))
+            self._apply(await asyncio.to_thread(store.snapshot, load_snapshot))
         return True
 
     def _require_store(self) -> Store:
@@ -161,7 +154,7 @@ class PolicyService:
         patch = check_write(self.platform, org, user, body)
         store = self._require_store()
         async with self._lock:
-            result = await store.write(write_layer, store.path, org, user, patch)
+            result = await store.write(write_layer, org, user, patch)
             self._apply_write(org, user, result)
         return self.view(org, user)
 
@@ -170,6 +163,6 @@ class PolicyService:
         check_clear(self.platform, org, user)
         store = self._require_store()
         async with self._lock:
-            result = await store.write(clear_layer, store.path, org, user)
+            result = await store.write(clear_layer, org, user)
             self._apply_write(org, user, result)
         return self.view(org, user)

@@ -2,8 +2,8 @@
 
 One background task (started from ``cleanup_ctx``) ticks every ``TICK_S``:
 
-- Stored layers: ``PolicyService.refresh`` notices commits of any process (the CLI) through
-  SQLite's ``data_version`` and the ``policy_version`` row, and reloads them.
+- Stored layers: ``PolicyService.refresh`` notices commits of any process (the CLI,
+  another replica) through the ``policy_version`` row, and reloads them.
 - YAML: the folder's ``*.yaml`` files are compared by (name, size, mtime) every tick and by
   content every ``CONTENT_EVERY`` ticks (mtime can be too coarse to see two quick edits). A
   change is applied once the content has been stable for one tick, so an editor's half-written
@@ -27,6 +27,7 @@ from proxy.errors import ConfigError
 from proxy.metrics import Metrics
 from proxy.policy.platform import PlatformConfig, load_policies
 from proxy.policy.service import PolicyService
+from proxy.store.base import StoreUnavailable
 
 log = logging.getLogger("context_proxy.policy")
 
@@ -127,5 +128,7 @@ async def watch(service: PolicyService, folder: Path | None, metrics: Metrics | 
                     metrics.policy_reload(ok=True)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable as e:  # one line per tick, not a traceback, while it is away
+            log.warning("policy watcher: the store is unavailable (%s)", e.detail)
         except Exception:  # never let the watcher die: the policy would silently freeze
             log.exception("policy watcher tick failed")

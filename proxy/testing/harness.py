@@ -7,6 +7,7 @@ The demo, the tests and the benchmarks all use this: a real server on a real soc
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from dataclasses import replace
@@ -30,8 +31,12 @@ class Harness:
                  env: dict[str, str] | None = None, port: int = 0, **settings: Any) -> None:
         self.fake = fake or FakeUpstream()
         self._port = port  # 0: the OS picks
+        # The store: a file in ``db_dir``, or the PostgreSQL database this process is pointed at
+        # (the test suite's ``--store=postgres``); ``env`` may override either.
         self._env = {"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-secret-0123456789",
-                     "CONTEXT_PROXY_DB": str(db_dir / "proxy.db"), **(env or {})}
+                     "CONTEXT_PROXY_DB": str(db_dir / "proxy.db"),
+                     "CONTEXT_PROXY_DATABASE_URL": os.environ.get("CONTEXT_PROXY_DATABASE_URL", ""),
+                     **(env or {})}
         self._settings_overrides = settings
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,

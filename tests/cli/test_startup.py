@@ -17,6 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from proxy.store.postgres import public_url
 from proxy.testing.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,15 +91,43 @@ def test_broken_yaml(env: dict[str, str]) -> None:
                                      ["keys", "list"]])
 def test_unwritable_store(env: dict[str, str], tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "a-file").write_text("not a folder")
-    proc = cli(command, {**env, "CONTEXT_PROXY_DB": str(tmp_path / "a-file" / "proxy.db")})
+    proc = cli(command, {**env, "CONTEXT_PROXY_DB": str(tmp_path / "a-file" / "proxy.db"),
+                         "CONTEXT_PROXY_DATABASE_URL": ""})  # the SQLite file's own faults
     one_line_naming(proc, "CONTEXT_PROXY_DB")
 
 
 def test_read_only_store(env: dict[str, str], tmp_path: Path) -> None:
     db = tmp_path / "ro.db"
     db.write_bytes(b"this is not a database file" * 100)
-    one_line_naming(cli(["serve", "--port", "0"], {**env, "CONTEXT_PROXY_DB": str(db)}),
+    one_line_naming(cli(["serve", "--port", "0"], {**env, "CONTEXT_PROXY_DB": str(db),
+                                                   "CONTEXT_PROXY_DATABASE_URL": ""}),
                     "CONTEXT_PROXY_DB")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["keys", "list"],
+                                     ["policy", "show", "--org", "acme"],
+                                     ["dividers", "--org", "acme", "c1"]])
+def test_unreachable_postgres_is_one_line_without_the_password(
+        env: dict[str, str], command: list[str]) -> None:
+    url = f"postgresql://proxy:pw-s3cret-1234@127.0.0.1:{closed_port()}/proxy"
+    proc = cli(command, {**env, "CONTEXT_PROXY_DATABASE_URL": url})
+    one_line_naming(proc, "CONTEXT_PROXY_DATABASE_URL")
+    assert proc.returncode == 2
+    assert "pw-s3cret-1234" not in proc.stderr and "proxy@127.0.0.1" in proc.stderr
+
+
+def test_database_url_of_another_scheme(env: dict[str, str]) -> None:
+    proc = cli(["serve", "--port", "0"],
+               {**env, "CONTEXT_PROXY_DATABASE_URL": "mysql://proxy:pw-s3cret-1234@db/proxy"})
+    one_line_naming(proc, "CONTEXT_PROXY_DATABASE_URL")
+    assert proc.returncode == 2 and "pw-s3cret-1234" not in proc.stderr
 
 
 # --- a good start ---
@@ -180,4 +209,5 @@ def test_startup_line_and_access_lines(env: dict[str, str], upstream: str, tmp_p
         assert "conversation=conv-log-1 outcome=none request_id=req-log-1" in chat_line
         assert any("route=relay" in line and '" 401 ' in line for line in lines)
     assert upstream.rstrip("/") in message and env["CONTEXT_PROXY_POLICIES"] in message
-    assert env["CONTEXT_PROXY_DB"] in message
+    url = os.environ.get("CONTEXT_PROXY_DATABASE_URL")  # the suite's PostgreSQL run
+    assert (f"store postgresql {public_url(url)};" if url else env["CONTEXT_PROXY_DB"]) in message

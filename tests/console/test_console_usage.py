@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,17 +15,13 @@ from factories import assistant, system, user, words
 
 from proxy.console.queries import HOURS, hourly_series
 from proxy.context.hourly import hour_of
+from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
 
-def _rows(path: Path, sql: str) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
+def _rows(store: Store, sql: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in store.read(sql)]
 
 
 def _turn(client: openai.OpenAI, conversation: str, messages: list[dict[str, Any]]
@@ -54,7 +49,7 @@ def test_hourly_usage_and_last_turns_are_stored_per_org_and_user(
              "": [_turn(team, "triage", [system(), user("Triage " + words(120))])]}
     h.call(h.state.context.records.flush_usage())
 
-    rows = _rows(h.state.store.path, "SELECT * FROM usage_hourly ORDER BY user")
+    rows = _rows(h.state.store, 'SELECT * FROM usage_hourly ORDER BY "user"')
     assert [(r["org"], r["user"]) for r in rows] == [("acme", ""), ("acme", "alice")]
     for row in rows:
         mine = turns[row["user"]]
@@ -67,7 +62,7 @@ def test_hourly_usage_and_last_turns_are_stored_per_org_and_user(
         assert row["outcome_auto"] == row["outcome_failed"] == 0
     assert sum(r["cached_tokens"] for r in rows) > 0  # the fake's cache served alice's prefix
 
-    convs = _rows(h.state.store.path, "SELECT public_id, last_tokens_before, "
+    convs = _rows(h.state.store, "SELECT public_id, last_tokens_before, "
                   "last_tokens_after FROM conversations ORDER BY public_id")
     last_alice, last_team = turns["alice"][-1], turns[""][-1]
     assert convs == [
@@ -92,7 +87,7 @@ def test_the_overview_shows_stored_usage_after_a_restart(tmp_path: Path) -> None
             httpx.Client(base_url=h.base_url.removesuffix("/v1") + "/admin/ui/") as c:
         assert c.post("login", data={"token": TOKEN}).status_code == 303
         page = c.get("").text
-        series = hourly_series(h.state.store.reader)
+        series = hourly_series(h.state.store)
     acme = page[page.index(">acme"):]
     assert f"{before:,}" in acme and f"{after:,}" in acme
     assert series["acme"]["tokens_received"][-1] == before  # the current hour is last

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import Callable
 
 from proxy.context.records import Records
 from proxy.context.stages.mask import SHORT_ID, Spill, placeholder, spill_id
 from proxy.store import Store
 
 
-def records(tmp_path: Path) -> Records:
-    return Records(Store(tmp_path / "r.db"))
+def records(new_store: Callable[[str], Store]) -> Records:
+    return Records(new_store("r.db"))
 
 
-def test_a_spill_is_found_by_its_id_or_the_placeholders_short_id(tmp_path: Path) -> None:
-    r = records(tmp_path)
+def test_a_spill_is_found_by_its_id_or_the_placeholders_short_id(
+        new_store: Callable[[str], Store]) -> None:
+    r = records(new_store)
     content = "the original output " * 50
     sid = spill_id(content)
     spill = Spill(sid, "read_file", "call_1", content, 250, 3)
@@ -30,8 +31,8 @@ def test_a_spill_is_found_by_its_id_or_the_placeholders_short_id(tmp_path: Path)
     assert r.spill("another-conversation", sid) is None
 
 
-def test_usage_totals_add_up_and_survive_a_flush(tmp_path: Path) -> None:
-    r = records(tmp_path)
+def test_usage_totals_add_up_and_survive_a_flush(new_store: Callable[[str], Store]) -> None:
+    r = records(new_store)
     r.add_upstream_usage("acme", "conv", "m", 1000, 800)
     r.add_upstream_usage("acme", "conv", "m", 1200, 1024)
     r.add_upstream_usage("acme", "conv", "m", 5000, 4096, summary=True)

@@ -4,9 +4,8 @@ and where blocking work runs. The summarizer is injected; the store is a real SQ
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -58,9 +57,10 @@ class Summaries:
         return summarize
 
 
-def service(tmp_path: Path, summaries: Summaries, counter: TokenCounter | None = None,
+def service(new_store: Callable[[str], Store], summaries: Summaries,
+            counter: TokenCounter | None = None,
             **fields: Any) -> ContextService:
-    store = Store(tmp_path / "svc.db")
+    store = new_store("svc.db")
     # A summary model with a large window: one call per compaction, not pieces and a merge.
     layer = validate_layer({"models": {MODEL: WINDOW, "summary-model": 1_000_000},
                             "compaction.summary_model": "summary-model",
@@ -98,9 +98,9 @@ async def concurrently(svc: ContextService, summaries: Summaries, n: int
     return jobs, list(await asyncio.gather(*tasks))
 
 
-async def test_concurrent_requests_share_one_summary(tmp_path: Path) -> None:
+async def test_concurrent_requests_share_one_summary(new_store: Callable[[str], Store]) -> None:
     summaries = Summaries()
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     jobs, reports = await concurrently(svc, summaries, 3)
     assert len(summaries.calls) == 1
     assert sorted(r.outcome for r in reports) == ["auto", "reused", "reused"]
@@ -111,9 +111,9 @@ async def test_concurrent_requests_share_one_summary(tmp_path: Path) -> None:
     assert len(svc.records.dividers(jobs[0].key)) == 1
 
 
-async def test_the_next_turn_reuses_the_stored_summary(tmp_path: Path) -> None:
+async def test_the_next_turn_reuses_the_stored_summary(new_store: Callable[[str], Store]) -> None:
     summaries = Summaries()
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     msgs = history(turns=30)
     first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
     assert first.outcome == "auto" and first.messages is not None
@@ -128,9 +128,9 @@ async def test_the_next_turn_reuses_the_stored_summary(tmp_path: Path) -> None:
 
 
 async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
-        tmp_path: Path) -> None:
+        new_store: Callable[[str], Store]) -> None:
     summaries = Summaries()
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     msgs = history(turns=20, head=words(6_000, 1))  # the system prompt alone is near the trigger
     first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
     assert first.outcome == "insufficient" and first.divider is not None
@@ -145,8 +145,9 @@ async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
     assert len(summaries.calls) == 2 and later.outcome == "insufficient"
 
 
-async def test_the_upstream_count_corrects_later_estimates(tmp_path: Path) -> None:
-    svc = service(tmp_path, Summaries())
+async def test_the_upstream_count_corrects_later_estimates(
+        new_store: Callable[[str], Store]) -> None:
+    svc = service(new_store, Summaries())
     msgs = history(turns=4)
     job = await svc.prepare(ALICE, chat(msgs), "c1")
     report = await svc.manage(job)
@@ -164,17 +165,17 @@ async def test_the_upstream_count_corrects_later_estimates(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("error", [SummaryFailed("empty"), TimeoutError()])
 async def test_a_failed_summary_leaves_the_conversation_unchanged(
-        tmp_path: Path, error: Exception) -> None:
+        new_store: Callable[[str], Store], error: Exception) -> None:
     summaries = Summaries()
     summaries.error = error
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     jobs, reports = await concurrently(svc, summaries, 2)
     assert [r.outcome for r in reports] == ["failed", "failed"] and len(summaries.calls) == 1
     assert all(r.messages is None and r.divider is None for r in reports)
     assert svc.records.dividers(jobs[0].key) == [] and svc.records.latest(jobs[0].key) is None
 
 
-async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
+async def test_blocking_work_runs_where_prepare_decided(new_store: Callable[[str], Store]) -> None:
     threads: list[int] = []
 
     class Recording(TokenCounter):
@@ -184,7 +185,7 @@ async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
 
     counter = Recording(offload_chars=20_000)
     counter.encoding(MODEL)
-    svc = service(tmp_path, Summaries(), counter)
+    svc = service(new_store, Summaries(), counter)
     small = await svc.prepare(ALICE, chat(history(turns=1)), "small")
     msgs = history(turns=40)
     big = await svc.prepare(ALICE, chat(msgs), "big")
@@ -208,8 +209,8 @@ async def test_blocking_work_runs_where_prepare_decided(tmp_path: Path) -> None:
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), n=st.integers(8, 40), keep=st.integers(1, 6))
-def test_a_fresh_replica_masks_what_a_warm_one_does(tmp_path: Path, seed: int, n: int,
-                                                    keep: int) -> None:
+def test_a_fresh_replica_masks_what_a_warm_one_does(new_store: Callable[[str], Store], seed: int,
+                                                    n: int, keep: int) -> None:
     """Below the compaction trigger, what a request sends does not depend on whether this
     proxy saw the conversation's earlier turns: a restarted proxy or another replica sends
     the same bytes."""
@@ -218,30 +219,28 @@ def test_a_fresh_replica_masks_what_a_warm_one_does(tmp_path: Path, seed: int, n
               "compaction.enabled": False}
 
     async def run() -> tuple[list[Any], list[Any]]:
-        with tempfile.TemporaryDirectory() as warm_dir, \
-                tempfile.TemporaryDirectory() as fresh_dir:
-            warm = service(Path(warm_dir), Summaries(), **fields)
-            msgs = agent.opening_messages(spec)
-            warm_sent: list[Any] = []
-            for assistant, results in agent.turns(spec, n):
-                report = await warm.manage(await warm.prepare(ALICE, chat(msgs), "c"))
-                warm_sent = report.messages if report.messages is not None else msgs
-                msgs = [*msgs, assistant, *results]
-            fresh = service(Path(fresh_dir), Summaries(), **fields)
-            last = msgs[:len(msgs) - 1 - len(results)]  # the last request the warm one saw
-            report = await fresh.manage(await fresh.prepare(ALICE, chat(last), "c"))
-            return warm_sent, report.messages if report.messages is not None else last
+        warm = service(new_store, Summaries(), **fields)
+        msgs = agent.opening_messages(spec)
+        warm_sent: list[Any] = []
+        for reply, results in agent.turns(spec, n):
+            report = await warm.manage(await warm.prepare(ALICE, chat(msgs), "c"))
+            warm_sent = report.messages if report.messages is not None else msgs
+            msgs = [*msgs, reply, *results]
+        fresh = service(new_store, Summaries(), **fields)
+        last = msgs[:len(msgs) - 1 - len(results)]  # the last request the warm one saw
+        report = await fresh.manage(await fresh.prepare(ALICE, chat(last), "c"))
+        return warm_sent, report.messages if report.messages is not None else last
 
     warm_sent, fresh_sent = asyncio.run(run())
     assert orjson.dumps(warm_sent) == orjson.dumps(fresh_sent)
 
 
 async def test_requests_of_different_lengths_compacting_at_once_all_succeed(
-        tmp_path: Path) -> None:
+        new_store: Callable[[str], Store]) -> None:
     """One conversation hit at the same moment by requests whose histories differ in length:
     each compacts its own prefix; none fails on the divider's sequence number (50 rounds)."""
     summaries = Summaries()
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     full = history(turns=36)
     for round_ in range(50):
         summaries.gate.clear()
@@ -259,10 +258,10 @@ async def test_requests_of_different_lengths_compacting_at_once_all_succeed(
 
 
 async def test_a_summary_longer_than_asked_is_cut_at_a_sentence_and_marked(
-        tmp_path: Path) -> None:
+        new_store: Callable[[str], Store]) -> None:
     sentence = "The user wants the quarterly report split by region and currency. "
     summaries = Summaries(reply=sentence * 400)  # an upstream that ignores max_tokens
-    svc = service(tmp_path, summaries)
+    svc = service(new_store, summaries)
     report = await svc.manage(await svc.prepare(ALICE, chat(history(turns=30)), "c1"))
     assert report.outcome == "auto" and report.divider is not None
     assert report.divider.truncated and report.divider.divider()["truncated"] is True
@@ -271,8 +270,7 @@ async def test_a_summary_longer_than_asked_is_cut_at_a_sentence_and_marked(
     stored = svc.records.dividers(report.divider.conversation)
     assert stored[0]["truncated"] is True
     fitting = Summaries(reply=sentence)
-    (tmp_path / "other").mkdir()
-    other = service(tmp_path / "other", fitting)
+    other = service(new_store, fitting)
     normal = await other.manage(await other.prepare(ALICE, chat(history(turns=30)), "c1"))
     assert normal.divider is not None and not normal.divider.truncated
 
@@ -284,11 +282,11 @@ def test_the_organization_header_value_is_safe_for_any_name() -> None:
 
 
 async def test_a_summary_too_long_to_use_is_still_counted_as_a_summary_call(
-        tmp_path: Path) -> None:
+        new_store: Callable[[str], Store]) -> None:
     # The summary may take 2,400 tokens; the reply fills them, more than the ~1,000 tokens it
     # would replace: the list would not shrink, so it is not used. The call was paid for.
     summaries = Summaries(reply=words(3_000, 5))
-    svc = service(tmp_path, summaries, **{"compaction.summary_ratio": 0.3})
+    svc = service(new_store, summaries, **{"compaction.summary_ratio": 0.3})
     msgs = history(turns=10, size=60, head=words(6_600, 1))
     job = await svc.prepare(ALICE, chat(msgs), "c1")
     report = await svc.manage(job)

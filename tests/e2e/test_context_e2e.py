@@ -370,7 +370,8 @@ def test_dividers_cli_matches_the_api(make_harness, sdk) -> None:
                                    extra_headers={"X-Conversation-Id": "cli"})
     api = client.get("/conversations/cli/dividers", cast_to=object)
     assert h.settings is not None
-    env = {"CONTEXT_PROXY_DB": str(h.settings.db_path), "PATH": ""}
+    env = {"CONTEXT_PROXY_DB": str(h.settings.db_path), "PATH": "",
+           "CONTEXT_PROXY_DATABASE_URL": h.settings.database_url or ""}
     out = subprocess.run([sys.executable, "-m", "proxy.cli", "dividers", "--org", "acme", "cli"],
                          capture_output=True, text=True, env=env, timeout=60, check=False)
     assert out.returncode == 0, out.stderr

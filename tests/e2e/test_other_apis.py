@@ -67,7 +67,7 @@ def test_bad_messages_get_anthropics_error_shape(make_harness: Callable[..., Har
     doc = resp.json()
     assert doc["type"] == "error" and doc["error"]["type"] == kind and doc["error"]["message"]
     assert not [r for r in h.fake.requests if r.path == "/v1/messages"]  # nothing sent on
-    assert h.state.store.reader.execute("SELECT COUNT(*) FROM conversations").fetchone()[0] == 0
+    assert h.state.store.read_one("SELECT COUNT(*) FROM conversations")[0] == 0
 
 
 def test_wrong_key_and_wrong_method_on_messages(make_harness: Callable[..., Harness]) -> None:

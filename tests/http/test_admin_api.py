@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ import httpx
 import pytest
 
 from proxy.policy.model import FIELDS
-from proxy.store import hash_key
+from proxy.store import Store, hash_key
 from proxy.testing.harness import Harness
 
 TOKEN = "admin-secret-token-0123"
@@ -69,11 +68,8 @@ def assert_openai_error(resp: httpx.Response, status: int) -> dict[str, Any]:
 
 
 def stored_rows(h: Harness) -> list[tuple[str, str, str]]:
-    conn = sqlite3.connect(h.state.store.path)
-    try:
-        return conn.execute("SELECT org, user, fields FROM policy_layers ORDER BY 1, 2").fetchall()
-    finally:
-        conn.close()
+    rows = h.state.store.read('SELECT org, "user", fields FROM policy_layers ORDER BY 1, 2')
+    return [tuple(r) for r in rows]
 
 
 def test_admin_api_absent_without_token(harness: Harness) -> None:
@@ -247,7 +243,11 @@ def test_admin_view_sees_cli_style_writes_at_once(make_harness, tmp_path: Path) 
 
     admin = start(make_harness, tmp_path)
     admin.view("acme")
-    write_layer(admin.h.state.store.path, "acme", None, {TRIGGER: 0.66})  # another process
+    other = Store(admin.h.state.settings.store_target)  # another process
+    try:
+        other.atomic(write_layer, "acme", None, {TRIGGER: 0.66})
+    finally:
+        other.close()
     assert admin.view("acme")[TRIGGER]["effective"] == 0.66
 
 

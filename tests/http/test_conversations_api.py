@@ -28,8 +28,8 @@ def call(h: Harness, key: str, method: str, path: str, body: Any = None,
 
 
 def stored_rows(h: Harness) -> int:
-    conn = h.state.store.reader
-    return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+    store = h.state.store
+    return sum(int(store.read_one(f"SELECT count(*) FROM {t}")[0])
                for t in ("conversations", "compactions", "spills"))
 
 

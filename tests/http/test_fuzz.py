@@ -11,6 +11,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pgtest import fresh_schema, on_postgres
 
 from proxy.errors import ApiError
 from proxy.http.parse import CheckedLists, check_chat, parse_json_object
@@ -68,12 +70,14 @@ def test_the_parser_accepts_or_refuses_cleanly(body: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, str]]:
-    h = Harness(Path(tmp_path_factory.mktemp("fuzz"))).start()
-    try:
+def served(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+           ) -> Iterator[tuple[Harness, str]]:
+    with ExitStack() as stack:
+        url = stack.enter_context(fresh_schema()) if on_postgres(pytestconfig) else ""
+        h = Harness(Path(tmp_path_factory.mktemp("fuzz")),
+                    env={"CONTEXT_PROXY_DATABASE_URL": url}).start()
+        stack.callback(h.stop)
         yield h, h.create_key("acme")
-    finally:
-        h.stop()
 
 
 def post(h: Harness, key: str, body: bytes) -> tuple[int, bytes]:
@@ -89,7 +93,7 @@ def post(h: Harness, key: str, body: bytes) -> tuple[int, bytes]:
 
 
 def conversations(h: Harness) -> int:
-    return int(h.state.store.reader.execute("SELECT COUNT(*) FROM conversations").fetchone()[0])
+    return int(h.state.store.read_one("SELECT COUNT(*) FROM conversations")[0])
 
 
 @settings(max_examples=max(50, EXAMPLES // 8), derandomize=True, deadline=None,

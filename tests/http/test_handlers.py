@@ -46,9 +46,10 @@ async def fake() -> AsyncIterator[FakeUpstream]:
 
 
 @pytest.fixture
-def app(fake: FakeUpstream, tmp_path: Path) -> web.Application:
+def app(fake: FakeUpstream, tmp_path: Path, database_url: str | None) -> web.Application:
     settings = load_settings(
         {"CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"),
+         "CONTEXT_PROXY_DATABASE_URL": database_url or "",
          "CONTEXT_PROXY_UPSTREAM_URL": fake.base_url,
          "CONTEXT_PROXY_UPSTREAM_API_KEY": UPSTREAM_KEY},
         # the embedded platform defaults, and no folder to watch: not the repository's policies/
@@ -70,8 +71,7 @@ def auth(proxy: Client, app: web.Application) -> dict[str, str]:
 
 
 def conversations(app: web.Application) -> int:
-    return int(app[STATE].store.reader.execute("SELECT count(*) FROM conversations")
-               .fetchone()[0])
+    return int(app[STATE].store.read_one("SELECT count(*) FROM conversations")[0])
 
 
 async def openai_error(resp: Any, status: int) -> dict[str, Any]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -202,8 +201,16 @@ def test_broken_folder_names_file_and_key(tmp_path: Path, name: str, text: str,
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "p.db")
+def store(store_target: Callable[[str], Path | str]) -> Iterator[Store]:
+    s = Store(store_target("p.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def other(store: Store, store_target: Callable[[str], Path | str]) -> Iterator[Store]:
+    """A second store on the same database: the writes of another process (the CLI)."""
+    s = Store(store_target("p.db"))
     yield s
     s.close()
 
@@ -222,22 +229,23 @@ async def test_service_resolves_from_memory_and_invalidates_on_write(store: Stor
     assert svc.resolve("acme").compaction.trigger_ratio == 0.8
     assert svc.resolve("acme", "alice").compaction.trigger_ratio == 0.6  # user layer stays
     await svc.set_fields("acme", "alice", {TRIGGER: None})  # unsetting the only field
-    assert load_snapshot(store.path).layers == {}
+    assert store.snapshot(load_snapshot).layers == {}
 
 
-async def test_write_of_another_process_is_picked_up_by_refresh(store: Store) -> None:
+async def test_write_of_another_process_is_picked_up_by_refresh(store: Store, other: Store
+                                                               ) -> None:
     svc = PolicyService(platform(), store)
     assert svc.resolve("acme").compaction.trigger_ratio == 0.8
-    write_layer(store.path, "acme", None, {TRIGGER: 0.65})  # e.g. the CLI
+    other.atomic(write_layer, "acme", None, {TRIGGER: 0.65})  # e.g. the CLI
     assert svc.resolve("acme").compaction.trigger_ratio == 0.8  # no database on the hot path
     assert await svc.refresh() is True
     assert svc.resolve("acme").compaction.trigger_ratio == 0.65
     assert await svc.refresh() is False
 
 
-async def test_interleaved_foreign_write_is_not_lost(store: Store) -> None:
+async def test_interleaved_foreign_write_is_not_lost(store: Store, other: Store) -> None:
     svc = PolicyService(platform(), store)
-    write_layer(store.path, "beta", None, {TRIGGER: 0.6})  # not yet seen by svc
+    other.atomic(write_layer, "beta", None, {TRIGGER: 0.6})  # not yet seen by svc
     await svc.set_fields("acme", None, {TRIGGER: 0.7})
     await svc.refresh()
     assert svc.resolve("beta").compaction.trigger_ratio == 0.6
@@ -250,7 +258,7 @@ async def test_stored_row_keeps_out_of_bounds_value(store: Store) -> None:
     assert view["fields"][TRIGGER] == {"effective": 0.5, "platform": 0.8, "org": 0.3,
                                              "user": None, "locked": False, "clamped": True,
                                              "ignored": False}
-    row = sqlite3.connect(store.path).execute("SELECT fields FROM policy_layers").fetchone()
+    row = store.read_one("SELECT fields FROM policy_layers")
     assert json.loads(row[0]) == {TRIGGER: 0.3}
     assert svc.resolve("acme").compaction.trigger_ratio == 0.5
 
@@ -265,23 +273,22 @@ async def test_platform_reload_replaces_cached_policies(store: Store) -> None:
 
 
 def test_bad_stored_field_is_dropped_not_fatal(store: Store) -> None:
-    conn = sqlite3.connect(store.path)
-    conn.execute("INSERT INTO policy_layers VALUES ('acme', '', ?, 0)",
-                 [json.dumps({TRIGGER: 0.7, "gone.field": 1, "masking.keep_recent": "x"})])
-    conn.commit()
+    store.atomic(lambda tx: tx.execute(
+        "INSERT INTO policy_layers VALUES ('acme', '', ?, 0)",
+        [json.dumps({TRIGGER: 0.7, "gone.field": 1, "masking.keep_recent": "x"})]))
     svc = PolicyService(platform(), store)
     assert svc.resolve("acme").compaction.trigger_ratio == 0.7
 
 
 def test_list_orgs_merges_sources(store: Store) -> None:
-    write_layer(store.path, "beta", "bob", {TRIGGER: 0.7})
-    write_layer(store.path, "gamma", None, {TRIGGER: 0.7})
+    store.atomic(write_layer, "beta", "bob", {TRIGGER: 0.7})
+    store.atomic(write_layer, "gamma", None, {TRIGGER: 0.7})
     store.create_key("delta")
     store.create_key("gamma")
     svc = PolicyService(platform("orgs: {acme: {users: {alice: {policy: {}}}}}"), store)
     from proxy.policy.rows import key_counts
 
-    orgs = {o["org"]: o for o in svc.list_orgs(key_counts(store.reader))}
+    orgs = {o["org"]: o for o in svc.list_orgs(store.snapshot(key_counts))}
     assert list(orgs) == ["acme", "beta", "delta", "gamma"]
     assert orgs["acme"]["managed_by"] == "yaml" and orgs["acme"]["users"] == ["alice"]
     assert (orgs["beta"]["org_layer"], orgs["beta"]["users"]) == (False, ["bob"])

@@ -116,8 +116,13 @@ def test_half_written_file_is_not_loaded(tmp_path: Path) -> None:
 def test_write_by_another_connection_reaches_running_server(
         make_harness: Callable[..., Harness]) -> None:
     from proxy.policy.rows import write_layer
+    from proxy.store import Store
 
     h = make_harness(env={})
     assert h.state.policies.resolve("acme").compaction.trigger_ratio == 0.8
-    write_layer(h.state.store.path, "acme", None, {"compaction.trigger_ratio": 0.6})
+    other = Store(h.settings.store_target)  # another connection: the CLI, another replica
+    try:
+        other.atomic(write_layer, "acme", None, {"compaction.trigger_ratio": 0.6})
+    finally:
+        other.close()
     wait_for(lambda: h.state.policies.resolve("acme").compaction.trigger_ratio == 0.6, 1.0)

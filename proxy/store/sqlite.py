@@ -1,27 +1,27 @@
-"""The embedded store: one SQLite file (WAL) managed with sqlite-utils and ordered migrations.
+"""The SQLite backend: one file (WAL) managed with sqlite-utils and ordered migrations.
 
-Reads that sit on the request path use a dedicated reader connection on the event-loop thread
-(indexed lookups, microseconds); every write goes through ``Store.write`` which runs it on a
-single writer thread, so the event loop never waits on a disk sync.
+Reads on the request path use a dedicated reader connection on the event-loop thread (indexed
+lookups, microseconds); write transactions run on the writer connection (``BEGIN IMMEDIATE``)
+under one lock, which the store's single writer thread and synchronous callers (the CLI, tests)
+share, so the event loop never waits on a disk sync.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlite_utils
 
-T = TypeVar("T")
+from proxy.store.base import Params, Tx
+
+# What opening a file that is no SQLite database, or a folder that cannot be written, raises.
+OPEN_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
 
 Migration = Callable[[sqlite_utils.Database], None]
 
@@ -125,10 +125,6 @@ MIGRATIONS: list[tuple[str, Migration]] = [
 ]
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 5000")
@@ -156,24 +152,24 @@ def migrate(db: sqlite_utils.Database, migrations: list[tuple[str, Migration]] |
     return applied
 
 
-@dataclass(frozen=True)
-class KeyRecord:
-    id: str
-    org: str
-    user: str | None
-    kind: str  # "proxy" (issued here) or "bound" (a passthrough key's hash bound to an org)
-    created_at: float
-    revoked_at: float | None
+class SqliteTx:
+    """A transaction on one connection; rows are ``sqlite3.Row``."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> sqlite3.Cursor:
+        cur = self.conn.cursor()
+        cur.row_factory = sqlite3.Row
+        return cur.execute(sql, params)
+
+    def lock(self, name: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already lets one writer in at a time."""
 
 
-def _key_record(row: dict[str, Any]) -> KeyRecord:
-    return KeyRecord(row["id"], row["org"], row["user"], row["kind"], row["created_at"],
-                     row["revoked_at"])
-
-
-class Store:
-    """Open (and migrate) the database at ``path``. Synchronous methods are for the CLI and the
-    writer thread; ``write`` runs a callable on the writer thread from async code."""
+class SqliteBackend:
+    kind = "sqlite"
+    transient: tuple[type[Exception], ...] = ()
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -181,72 +177,40 @@ class Store:
         migrate(self.db)
         self.reader = _connect(path)
         self.reader.row_factory = sqlite3.Row
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
-        # The writer connection is shared by the writer thread and synchronous callers (the CLI,
-        # tests): one lock keeps their transactions from interleaving.
         self.lock = threading.RLock()
-        self.key_writes = 0  # key writes by this process: the key cache looks at once
 
-    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
         with self.lock:
-            return fn(*args)
+            conn = self.db.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SqliteTx(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the writer thread, holding the writer lock."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._locked, fn, *args)
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
+        """A read transaction on a connection of its own (any thread may call this)."""
+        conn = _connect(self.path)
+        try:
+            conn.execute("BEGIN")
+            yield SqliteTx(conn)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def read(self, sql: str, params: Params) -> list[Any]:
+        return self.reader.execute(sql, params).fetchall()
+
+    def recover(self) -> None:
+        """Nothing to reconnect: a local file."""
+
+    def describe(self) -> str:
+        return f"sqlite {self.path}"
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
         self.reader.close()
         self.db.conn.close()
-
-    # --- keys -------------------------------------------------------------------------------
-
-    def _bump_keys_version(self) -> None:
-        self.db.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
-        self.key_writes += 1
-
-    def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
-        """Issue a proxy key; returns the record and the plaintext, which is never stored."""
-        plaintext = "cp-" + secrets.token_urlsafe(32)
-        return self._insert_key(plaintext, org, user, "proxy"), plaintext
-
-    def bind_key(self, plaintext: str, org: str, user: str | None = None) -> KeyRecord:
-        """Bind a client's own (passthrough) key, by hash, to an organization."""
-        return self._insert_key(plaintext, org, user, "bound")
-
-    def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
-        row = {"id": "key_" + secrets.token_hex(6), "key_hash": hash_key(plaintext), "org": org,
-               "user": user, "kind": kind, "created_at": time.time(), "revoked_at": None}
-        with self.lock, self.db.conn:
-            self.db.table("keys").insert(row)
-            self._bump_keys_version()
-        return _key_record(row)
-
-    def list_keys(self) -> list[KeyRecord]:
-        return [_key_record(r) for r in self.db.table("keys").rows_where(order_by="created_at")]
-
-    def revoke_key(self, key_id: str) -> bool:
-        with self.lock, self.db.conn:
-            cur = self.db.execute(
-                "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                [time.time(), key_id])
-            changed = cur.rowcount > 0
-            if changed:
-                self._bump_keys_version()
-        return changed
-
-    # --- reads on the request path (reader connection) ----------------------------------------
-
-    def data_version(self) -> int:
-        """Changes whenever another connection (this process or another) commits."""
-        return int(self.reader.execute("PRAGMA data_version").fetchone()[0])
-
-    def keys_version(self) -> int:
-        row = self.reader.execute("SELECT value FROM meta WHERE name = 'keys_version'").fetchone()
-        return int(row[0]) if row else 0
-
-    def find_key(self, key_hash: str) -> KeyRecord | None:
-        row = self.reader.execute("SELECT * FROM keys WHERE key_hash = ?", [key_hash]).fetchone()
-        return _key_record(dict(row)) if row else None

@@ -1,0 +1,191 @@
+"""The store: every piece of state (keys, policy layers, conversations, compactions, spills,
+usage) behind one interface with two backends, SQLite (a file, the default) and PostgreSQL
+(``CONTEXT_PROXY_DATABASE_URL``, shared by replicas).
+
+Every statement the proxy runs goes through here: ``atomic(fn)`` runs ``fn(tx)`` in a write
+transaction, ``write(fn)`` does so on the single writer thread from async code, ``snapshot(fn)``
+is a consistent read, ``read``/``read_one`` are the request path's indexed reads. A transient
+database error (a dropped connection) is retried once; a second failure raises
+``StoreUnavailable``, answered as a 503 ``store_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.store.base import Backend, Params, StoreUnavailable, Tx
+from proxy.store.sqlite import MIGRATIONS, SqliteBackend, migrate
+
+__all__ = ["MIGRATIONS", "KeyRecord", "Store", "StoreUnavailable", "Tx", "hash_key", "migrate"]
+
+T = TypeVar("T")
+DEFAULT_POOL_SIZE = 10
+VERSION_NAMES = ("keys_version", "policy_version")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def is_database_url(target: Path | str) -> bool:
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    id: str
+    org: str
+    user: str | None
+    kind: str  # "proxy" (issued here) or "bound" (a passthrough key's hash bound to an org)
+    created_at: float
+    revoked_at: float | None
+
+
+def _key_record(row: Any) -> KeyRecord:
+    return KeyRecord(row["id"], row["org"], row["user"], row["kind"], row["created_at"],
+                     row["revoked_at"])
+
+
+def _open_backend(target: Path | str, pool_size: int) -> Backend:
+    if is_database_url(target):
+        from proxy.store.postgres import PostgresBackend  # psycopg loads only when used
+
+        return PostgresBackend(str(target), pool_size)
+    return SqliteBackend(Path(target))
+
+
+class Store:
+    """Open (and migrate) the store at ``target``: a SQLite file path, or a ``postgresql://``
+    URL. Synchronous methods are for the CLI and worker threads; ``write`` runs a transaction on
+    the writer thread from async code."""
+
+    def __init__(self, target: Path | str, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        self.backend = _open_backend(target, pool_size)
+        self.kind = self.backend.kind
+        self.path: Path | None = target if isinstance(target, Path) else None
+        if self.path is None and not is_database_url(target):
+            self.path = Path(target)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self.key_writes = 0  # key writes by this process: the key cache looks at once
+
+    def _retry(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self.backend.transient:
+            self.backend.recover()
+        try:
+            return fn(*args)
+        except self.backend.transient as e:
+            raise StoreUnavailable(f"{type(e).__name__}") from e
+
+    def _in_tx(self, fn: Callable[..., T], *args: Any) -> T:
+        with self.backend.transaction() as tx:
+            result: T = fn(tx, *args)
+        return result
+
+    def _in_snapshot(self, fn: Callable[..., T], *args: Any) -> T:
+        with self.backend.snapshot() as tx:
+            result: T = fn(tx, *args)
+        return result
+
+    def atomic(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(tx, *args)`` in one write transaction (committed, or rolled back on error)."""
+        result: T = self._retry(self._in_tx, fn, *args)
+        return result
+
+    def snapshot(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(tx, *args)`` in one read transaction: everything it reads agrees."""
+        result: T = self._retry(self._in_snapshot, fn, *args)
+        return result
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``atomic(fn, *args)`` on the writer thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.atomic, fn, *args)
+
+    def read(self, sql: str, params: Params = ()) -> list[Any]:
+        """Every row of one read statement (rows answer ``row[0]`` and ``row["name"]``)."""
+        return self._retry(self.backend.read, sql, params)
+
+    def read_one(self, sql: str, params: Params = ()) -> Any:
+        rows = self.read(sql, params)
+        return rows[0] if rows else None
+
+    def ping(self) -> None:
+        """Raise unless the database answers."""
+        self.read("SELECT 1")
+
+    def describe(self) -> str:
+        """The backend and where it is, without credentials: ``sqlite <path>`` or
+        ``postgresql postgresql://user@host:port/db``."""
+        return self.backend.describe()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.backend.close()
+
+    # --- change detection -----------------------------------------------------------------------
+
+    def versions(self) -> dict[str, int]:
+        """The ``meta`` change counters (``keys_version``, ``policy_version``), in one indexed
+        read: every write of keys or policy layers, by any process, moves one of them."""
+        rows = self.read("SELECT name, value FROM meta WHERE name IN (?, ?)", VERSION_NAMES)
+        found = {str(r[0]): int(r[1]) for r in rows}
+        return {name: found.get(name, 0) for name in VERSION_NAMES}
+
+    def keys_version(self) -> int:
+        return self.versions()["keys_version"]
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def _bump_keys_version(self, tx: Tx) -> None:
+        tx.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
+
+    def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
+        """Issue a proxy key; returns the record and the plaintext, which is never stored."""
+        plaintext = "cp-" + secrets.token_urlsafe(32)
+        return self._insert_key(plaintext, org, user, "proxy"), plaintext
+
+    def bind_key(self, plaintext: str, org: str, user: str | None = None) -> KeyRecord:
+        """Bind a client's own (passthrough) key, by hash, to an organization."""
+        return self._insert_key(plaintext, org, user, "bound")
+
+    def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
+        rec = KeyRecord("key_" + secrets.token_hex(6), org, user, kind, time.time(), None)
+
+        def insert(tx: Tx) -> None:
+            tx.execute('INSERT INTO keys (id, key_hash, org, "user", kind, created_at, '
+                       'revoked_at) VALUES (?, ?, ?, ?, ?, ?, NULL)',
+                       [rec.id, hash_key(plaintext), org, user, kind, rec.created_at])
+            self._bump_keys_version(tx)
+
+        self.atomic(insert)
+        self.key_writes += 1
+        return rec
+
+    def list_keys(self) -> list[KeyRecord]:
+        return [_key_record(r) for r in self.read("SELECT * FROM keys ORDER BY created_at")]
+
+    def revoke_key(self, key_id: str) -> bool:
+        def revoke(tx: Tx) -> bool:
+            cur = tx.execute("UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                             [time.time(), key_id])
+            if cur.rowcount > 0:
+                self._bump_keys_version(tx)
+            return cur.rowcount > 0
+
+        changed = self.atomic(revoke)
+        self.key_writes += 1 if changed else 0
+        return changed
+
+    def find_key(self, key_hash: str) -> KeyRecord | None:
+        row = self.read_one("SELECT * FROM keys WHERE key_hash = ?", [key_hash])
+        return _key_record(row) if row else None

@@ -24,19 +24,20 @@ INSTALLERS = {"pip", "setuptools", "wheel"}
 
 def closure(roots: list[str]) -> dict[str, str]:
     """Canonical name -> installed version of ``roots`` and their dependencies (markers
-    evaluated for this interpreter, no extras)."""
+    evaluated for this interpreter; a requirement's own extras, such as ``psycopg[binary]``,
+    followed, other extras not)."""
     pinned: dict[str, str] = {}
-    todo = [Requirement(r) for r in roots]
+    todo = [(Requirement(r), "") for r in roots]
     while todo:
-        req = todo.pop()
+        req, extra = todo.pop()
         name = canonicalize_name(req.name)
         if name in pinned or name in INSTALLERS or (
-                req.marker is not None and not req.marker.evaluate({"extra": ""})):
+                req.marker is not None and not req.marker.evaluate({"extra": extra})):
             continue
         dist = metadata.distribution(req.name)
         pinned[name] = dist.version
         for line in dist.requires or ():
-            todo.append(Requirement(line))
+            todo += [(Requirement(line), e) for e in ("", *sorted(req.extras))]
     return pinned
 
 

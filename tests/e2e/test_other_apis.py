@@ -158,3 +158,30 @@ def test_other_messages_paths_go_to_the_anthropic_upstream(make_harness: Callabl
     sent = {k.lower(): v for k, v in rec.headers.items()}
     assert rec.path == "/v1/messages/count_tokens"
     assert sent["x-api-key"] == "sk-ant-upstream-secret-0123456789" and key not in str(sent)
+
+
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_manual_compaction_on_each_api(make_harness: Callable[..., Harness], api: str) -> None:
+    h = make_harness(fake=FakeUpstream(models={"claude-x": 8_000, "gpt-x": 8_000}),
+                     env={"CONTEXT_PROXY_MANUAL_COMPACTION": "true"})
+    key = h.create_key("acme")
+    turns: list[Any] = []
+    for i in range(12):
+        turns += [{"role": "user", "content": f"Question {i}: " + "details " * 120},
+                  {"role": "assistant", "content": f"Answer {i}: FACT-{i} noted."}]
+    turns.append({"role": "user", "content": "And now?"})
+    headers = {"X-Context-Compact": "now", "X-Conversation-Id": f"manual-{api}"}
+    if api == "messages":
+        with anthropic_client(h, key) as client:
+            raw = client.messages.with_raw_response.create(
+                model="claude-x", max_tokens=5, messages=turns, extra_headers=headers)
+    else:
+        with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as c:
+            raw = c.responses.with_raw_response.create(model="gpt-x", input=turns,
+                                                       extra_headers=headers)
+    assert raw.headers["x-context-compaction"] == "manual"
+    assert raw.headers["x-context-divider-id"].startswith("div_")
+    sent = h.fake.api_requests(f"/v1/{api}", summaries=False)[-1]
+    listed = sent["messages"] if api == "messages" else sent["input"]
+    assert len(listed) < len(turns) and listed[-1] == turns[-1]
+    assert h.fake.api_requests(f"/v1/{api}", summaries=True)  # the summary in the same API

@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from proxy.console.session import COOKIE, PATH, Session, Sessions
-from proxy.policy.layers import LayerWriteError, check_name
+from proxy.policy.layers import LayerWriteError, check_target
 
 SESSIONS: web.AppKey[Sessions] = web.AppKey("console_sessions", Sessions)
 
@@ -104,15 +104,10 @@ async def require_write(request: web.Request) -> tuple[Session, MultiDictProxy[A
 
 def target(request: web.Request) -> tuple[str, str | None]:
     """The organization (and user) a URL names, checked like the admin API checks them."""
-    org = request.match_info["org"]
-    user = request.match_info.get("user")
     try:
-        check_name("organization", org)
-        if user is not None:
-            check_name("user", user)
+        return check_target(request.match_info["org"], request.match_info.get("user"))
     except LayerWriteError as e:
         raise Refused(e.status, e.message) from None
-    return org, user
 
 
 def render(request: web.Request, template: str, status: int = 200, **context: Any

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from proxy.auth import bearer_token
 from proxy.errors import ApiError, bad_request
-from proxy.policy.layers import LayerWriteError, check_name
+from proxy.policy.layers import LayerWriteError, check_target
 from proxy.policy.rows import key_counts
 from proxy.state import STATE
 
@@ -58,15 +58,10 @@ async def _json_body(request: web.Request) -> Any:
 
 
 def _target(request: web.Request) -> tuple[str, str | None]:
-    org = request.match_info["org"]
-    user = request.match_info.get("user")
     try:
-        check_name("organization", org)
-        if user is not None:
-            check_name("user", user)
+        return check_target(request.match_info["org"], request.match_info.get("user"))
     except LayerWriteError as e:
         raise ApiError(e.status, e.message, param=e.param, code=e.code) from None
-    return org, user
 
 
 async def list_orgs(request: web.Request) -> web.Response:

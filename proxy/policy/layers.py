@@ -114,6 +114,14 @@ def check_name(kind: str, name: str) -> None:
                               "characters without '/'.", kind, "invalid_name")
 
 
+def check_target(org: str, user: str | None) -> tuple[str, str | None]:
+    """The organization (and user) a layer write or read names, or ``LayerWriteError``."""
+    check_name("organization", org)
+    if user is not None:
+        check_name("user", user)
+    return org, user
+
+
 def check_write(platform: PlatformConfig, org: str, user: str | None,
                 patch: Any) -> dict[str, Any]:
     """Validate a write to one layer; return the normalized patch (``None``: unset the field).

@@ -9,7 +9,7 @@ replaced by the placeholder) and the summary are new. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,24 @@ class AdapterError(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+def content_text(content: Any, marked: Mapping[str, str]) -> str:
+    """The text of a content value: a string, or the ``text`` of its blocks or parts joined
+    by line breaks; a block whose ``type`` is in ``marked`` (images, files) stands as
+    ``[name]``, so it is seen (and roughly counted) without its data."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for b in content:
+        if isinstance(b, dict):
+            if isinstance(b.get("text"), str):
+                parts.append(b["text"])
+            elif b.get("type") in marked:
+                parts.append(f"[{marked[b['type']]}]")
+    return "\n".join(parts)
 
 
 def function_tools(tools: Any, schema_key: str, *, typed: bool) -> list[dict[str, Any]] | None:

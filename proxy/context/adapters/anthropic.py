@@ -17,29 +17,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.context.adapters import Adapted, AdapterError, function_tools
+from proxy.context.adapters import Adapted, AdapterError, content_text, function_tools
 
 Part = int | str  # a tool_result's block index, "all" (the whole message) or "rest"
 Origin = tuple[int, Part]
 SYSTEM = -1
 
 
+MARKED = {"image": "image", "document": "document"}
+
+
 def _text(content: Any) -> str:
-    """The text of a content value: a string, or the text of its blocks (others marked)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = []
-    for b in content:
-        if not isinstance(b, dict):
-            continue
-        kind = b.get("type")
-        if kind == "text":
-            parts.append(str(b.get("text", "")))
-        elif kind in ("image", "document"):
-            parts.append(f"[{kind}]")
-    return "\n".join(parts)
+    return content_text(content, MARKED)
 
 
 class _Reader:

@@ -17,25 +17,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.context.adapters import Adapted, AdapterError, function_tools
+from proxy.context.adapters import Adapted, AdapterError, content_text, function_tools
 
 SYSTEM: tuple[int, ...] = ()
 ROLES = ("user", "assistant", "system", "developer")
 
 
+MARKED = {"input_image": "image", "input_file": "file"}
+
+
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = []
-    for p in content:
-        if isinstance(p, dict):
-            if isinstance(p.get("text"), str):
-                parts.append(p["text"])
-            elif p.get("type") in ("input_image", "input_file"):
-                parts.append(f"[{p['type'][6:]}]")
-    return "\n".join(parts)
+    return content_text(content, MARKED)
 
 
 class _Reader:

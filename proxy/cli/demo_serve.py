@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 from typing import TextIO
 
@@ -19,7 +20,7 @@ def try_lines(base_url: str, key: str) -> str:
             f"Try it:\n"
             f"  curl -s {base_url}/chat/completions -H 'Authorization: Bearer {key}' "
             f"-H 'Content-Type: application/json' -d '{body}'\n\n"
-            f"  python -c \"import openai; c = openai.OpenAI(base_url='{base_url}', "
+            f"  {sys.executable} -c \"import openai; c = openai.OpenAI(base_url='{base_url}', "
             f"api_key='{key}'); print(c.chat.completions.create(model='demo-agent', "
             f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\"\n"
             f"\n  The demo conversation's dividers: curl -s {base_url}/conversations/"

@@ -106,7 +106,8 @@ async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
     headers = apis.headers_for(api, request.headers, job.principal.upstream_key)
     body = job.request.outgoing(report)
     try:
-        resp = await upstream.open("POST", apis.PATHS[api], headers, body, route=api)
+        resp = await upstream.open("POST", apis.PATHS[api], headers, body,
+                                   request.query_string, route=api)
     except ApiError as e:
         return _shaped(api, e.response(headers=report.headers()))
     try:
@@ -123,7 +124,8 @@ async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
             resp.release()
             report = retry
             try:
-                resp = await upstream.open("POST", apis.PATHS[api], headers, again, route=api)
+                resp = await upstream.open("POST", apis.PATHS[api], headers, again,
+                                           request.query_string, route=api)
             except ApiError as e:
                 return _shaped(api, e.response(headers=report.headers()))
         return await _relay(request, state, api, job, resp, report)
@@ -173,7 +175,8 @@ async def _relay_as_is(request: web.Request, state: ProxyState, api: str, princi
     headers = apis.headers_for(api, request.headers, principal.upstream_key)
     note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
     try:
-        resp = await upstream.open("POST", apis.PATHS[api], headers, raw, route=api)
+        resp = await upstream.open("POST", apis.PATHS[api], headers, raw,
+                                   request.query_string, route=api)
     except ApiError as e:
         return e.response(headers=note)
     try:

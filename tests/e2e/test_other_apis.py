@@ -104,7 +104,9 @@ def test_passthrough_forwards_the_clients_anthropic_key_and_headers(
     with anthropic_client(h, "sk-ant-client-own-key") as client:
         client.messages.create(model="claude-x", max_tokens=5,
                                messages=[{"role": "user", "content": "hi"}],
-                               extra_headers={"anthropic-beta": "tools-2099-01-01"})
+                               extra_headers={"anthropic-beta": "tools-2099-01-01"},
+                               extra_query={"beta": "true"})  # as Claude Code sends it
+    assert h.fake.requests[-1].query == "beta=true"
     sent = {k.lower(): v for k, v in h.fake.requests[-1].headers.items()}
     assert sent["x-api-key"] == "sk-ant-client-own-key" and "authorization" not in sent
     assert sent["anthropic-beta"] == "tools-2099-01-01" and sent["anthropic-version"]

@@ -173,16 +173,17 @@ def test_manual_compaction_on_each_api(make_harness: Callable[..., Harness], api
                   {"role": "assistant", "content": f"Answer {i}: FACT-{i} noted."}]
     turns.append({"role": "user", "content": "And now?"})
     headers = {"X-Context-Compact": "now", "X-Conversation-Id": f"manual-{api}"}
-    if api == "messages":
-        with anthropic_client(h, key) as client:
-            raw = client.messages.with_raw_response.create(
-                model="claude-x", max_tokens=5, messages=turns, extra_headers=headers)
+    if api == "messages":  # streamed: the ": context-compacted" comment comes first
+        with anthropic_client(h, key) as client, client.messages.stream(
+                model="claude-x", max_tokens=5, messages=turns, extra_headers=headers) as s:
+            assert s.get_final_message().content[0].type == "text"
+            got = s.response.headers
     else:
         with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as c:
-            raw = c.responses.with_raw_response.create(model="gpt-x", input=turns,
-                                                       extra_headers=headers)
-    assert raw.headers["x-context-compaction"] == "manual"
-    assert raw.headers["x-context-divider-id"].startswith("div_")
+            got = c.responses.with_raw_response.create(model="gpt-x", input=turns,
+                                                       extra_headers=headers).headers
+    assert got["x-context-compaction"] == "manual"
+    assert got["x-context-divider-id"].startswith("div_")
     sent = h.fake.api_requests(f"/v1/{api}", summaries=False)[-1]
     listed = sent["messages"] if api == "messages" else sent["input"]
     assert len(listed) < len(turns) and listed[-1] == turns[-1]

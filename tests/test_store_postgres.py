@@ -80,7 +80,8 @@ def test_an_interrupted_upgrade_resumes_where_it_stopped(schema_url: str) -> Non
     try:
         assert dict(store.read_one("SELECT * FROM conversations")) == {
             "id": "acme:c1", "org": "acme", "created_at": 1.5, "updated_at": None,
-            "usage_prompt_tokens": None, "usage_estimate": None}
+            "usage_prompt_tokens": None, "usage_estimate": None, "public_id": None,
+            "last_tokens_before": None, "last_tokens_after": None}
     finally:
         store.close()
 

@@ -152,6 +152,22 @@ def test_a_replica_killed_during_a_summary_blocks_nothing_beyond_its_lease(
     assert len(replicas.fake.summary_requests()) == len(made) + 1
 
 
+def test_a_usage_correction_recorded_by_one_replica_is_used_by_the_next(
+        replicas: Replicas) -> None:
+    key = replicas.create_key()
+    full = agent.conversation(SPEC, 8)
+    ends = turn_ends(full)
+    a, b = replicas.url(0), replicas.url(1)
+    chat(a, key, full[:ends[0]], "usage")  # the upstream counts as we do: ratio 1
+    chat(b, key, full[:ends[1]], "usage")  # b has seen the conversation at ratio 1
+    replicas.fake.usage_scale = 1.5  # from now on the upstream counts half again as much
+    chat(a, key, full[:ends[2]], "usage")  # a records the new ratio
+    answer = chat(b, key, full[:ends[3]], "usage")
+    billed = answer.parse().usage.prompt_tokens
+    shown = int(answer.headers["X-Context-Tokens-Before"])  # our estimate, corrected
+    assert abs(shown - billed) / billed < 0.05, (shown, billed)
+
+
 def cli(args: list[str], database_url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "proxy.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=60, check=True,

@@ -3,7 +3,8 @@
 ``prepare`` resolves who asks, the conversation, the policy (corrected by the upstream's usage),
 the window and the stored compaction, and decides once whether the request's blocking work runs
 in a thread. ``manage`` runs the pure ``plan`` and then executes it: spills, one summary per
-conversation and prefix shared by concurrent requests (single flight), the divider, metrics,
+conversation and prefix shared by concurrent requests (single flight: in the process, and
+across replicas through ``proxy.context.flights``), the divider, metrics,
 and one frozen ``ContextReport``. ``record_usage`` feeds the upstream's count back.
 """
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy import console
 from proxy.auth import Authenticator
 from proxy.context.api_summarizer import api_summarizers
+from proxy.context.learned import LearnedWindows
 from proxy.context.records import Records
 from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
@@ -28,7 +29,7 @@ from proxy.policy.service import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
-from proxy.store import Store
+from proxy.store import Store, leases
 from proxy.upstream.client import Upstream, fetch_models
 
 log = logging.getLogger("context_proxy")
@@ -46,12 +47,12 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     policies = PolicyService(settings.platform)
     context = ContextService(
         counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
-        windows=WindowResolver(lambda: fetch_models(upstream)),
+        windows=WindowResolver(lambda: fetch_models(upstream), shared=LearnedWindows(store)),
         summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header),
         api_summarizers=api_summarizers({"messages": anthropic, "responses": upstream}))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
                             CheckedLists(), anthropic)
-    background = [asyncio.create_task(_purge_spills(context.records)),
+    background = [asyncio.create_task(_purge_spills(store, context.records)),
                   asyncio.create_task(_flush_usage(context.records))]
     yield
     for task in background:
@@ -66,14 +67,19 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     store.close()
 
 
-async def _purge_spills(records: Records) -> None:
-    """Drop spills past their retention, hourly."""
+async def _purge_spills(store: Store, records: Records, every_s: float = 3600) -> None:
+    """Drop spills (and leases) past their expiry, hourly, on one replica per hour: the first
+    to tick takes the job's lease (``proxy.store.leases.run_once``)."""
     while True:
         try:
-            await records.purge_expired()
+            if await leases.run_once(store, "spill-purge", every_s):
+                purged = await records.purge_expired()
+                await store.write(leases.purge_expired)
+                log.info("spill purge: %d expired spill(s) dropped (this replica's turn)",
+                         purged)
         except Exception:
             log.exception("purging expired spills failed")
-        await asyncio.sleep(3600)
+        await asyncio.sleep(every_s)
 
 
 async def _flush_usage(records: Records, every_s: float = 2.0) -> None:

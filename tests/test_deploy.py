@@ -203,9 +203,26 @@ def test_compose_runs_the_proxy_with_prometheus_and_its_rules() -> None:
     assert prometheus["rule_files"] == ["alerts.yml"]  # beside prometheus.yml in the container
     targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
     port = services["proxy"]["environment"]["CONTEXT_PROXY_PORT"]
-    assert targets == [f"proxy:{port}"]
+    assert targets == [f"proxy:{port}", f"proxy-2:{port}"]  # every replica is scraped
     assert services["proxy"]["image"].endswith(":" + tomllib.loads(
         (ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
+def test_compose_runs_two_replicas_on_one_postgresql() -> None:
+    services = compose()["services"]
+    replicas = [services["proxy"], services["proxy-2"]]
+    assert replicas[0]["environment"] == replicas[1]["environment"]  # the same store
+    url = replicas[0]["environment"]["CONTEXT_PROXY_DATABASE_URL"]
+    assert url.startswith("postgresql://") and "@postgres:5432/" in url
+    assert "${POSTGRES_PASSWORD:?" in url  # no password is written down
+    for replica in replicas:
+        assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert replica["image"] == services["proxy"]["image"]
+    assert {r["ports"][0].split(":")[0] for r in replicas} == {"8080", "8081"}
+    postgres = services["postgres"]
+    assert re.fullmatch(r"postgres:\d+\.\d+", postgres["image"])  # pinned
+    assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
 
 
 def test_the_image_leaves_caches_and_secrets_out() -> None:

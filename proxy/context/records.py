@@ -1,7 +1,10 @@
 """Per-conversation records: compactions (each one a divider), spills and upstream usage.
 
 Reads for the request path are served from memory where they repeat every turn (the latest
-compaction, the usage correction); every write runs on the store's writer thread.
+compaction, the usage correction); every write runs on the store's writer thread. On a store
+that other processes share (PostgreSQL: replicas), ``refresh`` checks a conversation's cached
+view with one indexed read per request, since another replica may have compacted it or
+recorded its usage since.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ DIVIDER_TEXT = {"auto": "Earlier messages were summarized to free up context",
                 "manual": "Context summarized on request"}
 _CACHE_LIMIT = 10_000
 _SPILL_ID = re.compile(r"[0-9a-f]{16,64}")
+_BY_PREFIX = ("SELECT * FROM compactions WHERE conversation = ? AND prefix_hash = ? "
+              "AND covered = ? ORDER BY seq DESC LIMIT 1")
+# The conversation's usage and newest compaction number, in one round trip.
+_FRESH = ("SELECT usage_prompt_tokens, usage_estimate, "
+          "(SELECT MAX(seq) FROM compactions WHERE conversation = ?) FROM conversations "
+          "WHERE id = ?")
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class Records:
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
         self._pending: dict[tuple[str, str, str], list[int]] = {}
         self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
+        self.shared = store.kind == "postgres"  # other processes may write the same rows
 
     @staticmethod
     def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
@@ -102,6 +112,44 @@ class Records:
             [conversation])
         rec = _record(dict(row)) if row else None
         self._remember(self._latest, conversation, rec)
+        return rec
+
+    def refresh(self, conversation: str) -> None:
+        """On a shared store, bring the cached latest compaction and usage of the conversation
+        up to date (a no-op on SQLite, which this process alone writes)."""
+        if not self.shared:
+            return
+        row = self.store.read_one(_FRESH, [conversation, conversation])
+        if row is None:  # not stored yet: nothing another process made either
+            self._remember(self._usage, conversation, None)
+            self._remember(self._latest, conversation, None)
+            return
+        usage = Usage(row[0], row[1]) if row[0] and row[1] else None
+        self._remember(self._usage, conversation, usage)
+        cached = self._latest.get(conversation)
+        if row[2] is None:
+            self._remember(self._latest, conversation, None)
+        elif cached is None or cached.seq != row[2]:
+            self._latest.pop(conversation, None)
+            self.latest(conversation)
+
+    def stored(self, conversation: str, phash: str, covered: int) -> CompactionRecord | None:
+        """The newest stored compaction of exactly that prefix, if any (made it the latest
+        when it is newer than the cached one)."""
+        row = self.store.read_one(_BY_PREFIX, [conversation, phash, covered])
+        return self.adopt(_record(dict(row))) if row else None
+
+    def stored_in(self, tx: Tx, conversation: str, phash: str, covered: int
+                  ) -> CompactionRecord | None:
+        """``stored``, read in the caller's transaction (on any thread: caches nothing)."""
+        row = tx.execute(_BY_PREFIX, [conversation, phash, covered]).fetchone()
+        return _record(dict(row)) if row else None
+
+    def adopt(self, rec: CompactionRecord) -> CompactionRecord:
+        """Cache ``rec`` as the conversation's latest unless a newer one is known."""
+        latest = self._latest.get(rec.conversation)
+        if latest is None or latest.seq < rec.seq:
+            self._remember(self._latest, rec.conversation, rec)
         return rec
 
     def dividers(self, conversation: str) -> list[dict[str, Any]]:
@@ -148,11 +196,7 @@ class Records:
                        f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))
             return rec
 
-        rec = await self.store.write(write)
-        latest = self._latest.get(conversation)
-        if latest is None or latest.seq < rec.seq:
-            self._remember(self._latest, conversation, rec)
-        return rec
+        return self.adopt(await self.store.write(write))
 
     @staticmethod
     def _touch(tx: Tx, org: str, conversation: str) -> None:

@@ -3,7 +3,8 @@
 ``prepare`` resolves who asks, the conversation, the policy (corrected by the upstream's usage),
 the window and the stored compaction, and decides once whether the request's blocking work runs
 in a thread. ``manage`` runs the pure ``plan`` and then executes it: spills, one summary per
-conversation and prefix shared by concurrent requests (single flight), the divider, metrics,
+conversation and prefix shared by concurrent requests (single flight: in the process, and
+across replicas through ``proxy.context.flights``), the divider, metrics,
 and one frozen ``ContextReport``. ``record_usage`` feeds the upstream's count back.
 """
 
@@ -19,6 +20,7 @@ from urllib.parse import quote
 from proxy.auth import Principal
 from proxy.context.api_summarizer import ApiSummarizerFactory
 from proxy.context.compaction import Compacted, compact
+from proxy.context.flights import Flights
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
@@ -81,6 +83,7 @@ class ContextService:
         self.usage = UsageCorrection(records)
         self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
+        self.flights = Flights(records)  # the same, across processes sharing the store
 
     # --- prepare --------------------------------------------------------------------------------
 
@@ -102,6 +105,7 @@ class ContextService:
         """Everything about the request that a retry keeps. ``conversation`` (public id, key)
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
+        self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
         window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
@@ -153,7 +157,7 @@ class ContextService:
         """The reactive safety net: the upstream refused the request as too long; learn the
         limit it stated, compact regardless of the trigger and plan once more (never again)."""
         if stated_limit is not None:
-            self.windows.learn(job.request.model, stated_limit)
+            await self.windows.learn_shared(job.request.model, stated_limit)
         window, source = await self._window(job.request.model, job.policy)
         return await self.manage(job.forced(window, source), retried="context_length_exceeded")
 
@@ -187,15 +191,12 @@ class ContextService:
         flight = (job.key, phash)
         if flight in self._inflight:  # another request of this conversation is making it
             record = await asyncio.shield(self._inflight[flight])
-            if record is None:
-                return self._report(job, p, "failed", retried)
-            shared = await job.offload(self._plan, job, record, False)
-            return self._report(job, shared, "reused", retried, before=p)
+            return await self._shared(job, p, record, retried)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()
         self._inflight[flight] = future
         try:
-            report, record = await self._summarize(job, p, phash, retried)
+            report, record = await self._lead(job, p, phash, retried)
             future.set_result(record)
             return report
         except BaseException:
@@ -203,6 +204,31 @@ class ContextService:
             raise
         finally:
             del self._inflight[flight]
+
+    async def _lead(self, job: Job, p: Plan, phash: str, retried: str | None
+                    ) -> tuple[ContextReport, CompactionRecord | None]:
+        """This process's one request for the prefix: make the summary if no other process
+        has made it or is making it; else reuse theirs (waiting for it, fail-open)."""
+        claim = await self.flights.claim(job.key, phash, p.covered)
+        record = claim.stored
+        if claim.holder:
+            async with self.flights.holding(job.key, phash):
+                return await self._summarize(job, p, phash, retried)
+        if record is None:
+            record = await self.flights.wait(job.key, phash, p.covered,
+                                             job.policy.compaction.summary_timeout_s)
+            if record is None:
+                log.warning("compaction failed for a conversation of %s: another process was "
+                            "making its summary and none was stored in time", job.principal.org)
+        return await self._shared(job, p, record, retried), record
+
+    async def _shared(self, job: Job, p: Plan, record: CompactionRecord | None,
+                      retried: str | None) -> ContextReport:
+        """The report of a request whose summary another request made (None: it failed)."""
+        if record is None:
+            return self._report(job, p, "failed", retried)
+        shared = await job.offload(self._plan, job, record, False)
+        return self._report(job, shared, "reused", retried, before=p)
 
     async def _summarize(self, job: Job, p: Plan, phash: str, retried: str | None
                          ) -> tuple[ContextReport, CompactionRecord | None]:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from proxy.context.learned import LearnedWindows
 from proxy.policy.model import Policy
 from proxy.upstream.model_map import model_map
 
@@ -100,6 +101,7 @@ class WindowResolver:
         error_ttl_s: float = 30.0,
         litellm_lookup: LitellmLookup | None = litellm_window,
         clock: Callable[[], float] = time.monotonic,
+        shared: LearnedWindows | None = None,
     ) -> None:
         self._fetch = fetch_models
         self._ttl = ttl_s
@@ -111,25 +113,35 @@ class WindowResolver:
         self._lock = asyncio.Lock()
         self._litellm_cache: dict[str, int | None] = {}
         self._learned: dict[str, int] = {}
+        self._shared = shared  # limits other processes learned (replicas on one store)
 
-    def learn(self, model: str, window: int) -> None:
+    def learn(self, model: str, window: int) -> bool:
         """Remember a limit the upstream stated when it refused a request as too long; it caps
         what any other source says for ``model`` from now on (the upstream is the truth). A new
         or lower limit is logged once, as a warning: a window that shrinks silently would make
-        every later compaction of the model hard to explain."""
+        every later compaction of the model hard to explain. True when it was news."""
         old = self._learned.get(model)
         if old is not None and old <= window:
-            return
+            return False
         self._learned[model] = window
         log.warning("context window of model %r learned from an upstream refusal: %d tokens "
                     "(from now on it caps what the policy, the upstream's /v1/models or litellm "
                     "say)", model, window)
+        return True
+
+    async def learn_shared(self, model: str, window: int) -> None:
+        """``learn``, and tell the other processes of the store (``LearnedWindows``)."""
+        if self.learn(model, window) and self._shared is not None:
+            await self._shared.save(model, window)
 
     async def resolve(self, model: str, policy: Policy) -> tuple[int | None, str]:
         """(window, source): source is ``policy``, ``upstream``, ``litellm``, ``learned`` or
         ``unknown``. A limit the upstream stated (``learn``) caps every other source."""
         window, source = await self._resolve(model, policy)
         learned = self._learned.get(model)
+        other = self._shared.get(model) if self._shared is not None else None
+        if other is not None and (learned is None or other < learned):
+            learned = other
         if learned is not None and (window is None or learned < window):
             return learned, "learned"
         return window, source

@@ -80,6 +80,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "ALTER TABLE conversations ADD COLUMN last_tokens_before bigint",
         "ALTER TABLE conversations ADD COLUMN last_tokens_after bigint",
         "CREATE INDEX conversations_org_updated ON conversations (org, updated_at)"]),
+    ("008_leases", [
+        f"CREATE TABLE leases (name text PRIMARY KEY, owner text NOT NULL, "
+        f"expires_at {_REAL} NOT NULL)",
+        f"CREATE TABLE learned_windows (model text PRIMARY KEY, tokens bigint NOT NULL, "
+        f"learned_at {_REAL})"]),
 ]
 
 

@@ -114,6 +114,16 @@ def _m007_usage_hourly(db: sqlite_utils.Database) -> None:
     db.table("conversations").create_index(["org", "updated_at"])
 
 
+def _m008_leases(db: sqlite_utils.Database) -> None:
+    # Claims with an expiry, shared by replicas: the compaction of one conversation's prefix
+    # in the making, and the background jobs (one replica at a time).
+    db.table("leases").create({"name": str, "owner": str, "expires_at": float}, pk="name",
+                              not_null={"owner", "expires_at"})
+    # Context limits that the upstream stated when it refused a request as too long.
+    db.table("learned_windows").create({"model": str, "tokens": int, "learned_at": float},
+                                       pk="model", not_null={"tokens"})
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -122,6 +132,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("005_usage_totals", _m005_usage_totals),
     ("006_truncated_summaries", _m006_truncated_summaries),
     ("007_usage_hourly", _m007_usage_hourly),
+    ("008_leases", _m008_leases),
 ]
 
 

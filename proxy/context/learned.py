@@ -1,0 +1,53 @@
+"""Learned windows shared through the store: a context limit that the upstream stated when it
+refused a request as too long, learned by one replica, caps the model's window on all of them
+(each would otherwise pay the refused request and its retry once to learn it itself).
+
+The table is tiny (one row per model that was ever refused) and read whole at most every
+``REFRESH_S``, so a request pays a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import time
+
+from proxy.store import Store, Tx
+
+REFRESH_S = 1.0
+# A stored limit counts for a day: an upstream whose limit grew (a model upgrade) is trusted
+# again, and refuses once more if it did not.
+TTL_S = 86_400.0
+
+
+class LearnedWindows:
+    def __init__(self, store: Store, refresh_s: float = REFRESH_S, ttl_s: float = TTL_S) -> None:
+        self.store = store
+        self.refresh_s = refresh_s
+        self.ttl_s = ttl_s
+        self._rows: dict[str, int] = {}
+        self._read_at = float("-inf")
+
+    def get(self, model: str) -> int | None:
+        """The lowest limit any process learned for ``model``, read fresh at most every
+        ``refresh_s``."""
+        now = time.monotonic()
+        if now - self._read_at >= self.refresh_s:
+            self._read_at = now
+            self._rows = {str(r[0]): int(r[1]) for r in self.store.read(
+                "SELECT model, tokens FROM learned_windows WHERE learned_at > ?",
+                [time.time() - self.ttl_s])}
+        return self._rows.get(model)
+
+    async def save(self, model: str, tokens: int) -> None:
+        """Store ``tokens`` as ``model``'s learned limit unless a lower one is in force."""
+        now = time.time()
+
+        def write(tx: Tx) -> None:
+            tx.execute("INSERT INTO learned_windows (model, tokens, learned_at) VALUES (?, ?, ?) "
+                       "ON CONFLICT(model) DO UPDATE SET tokens = excluded.tokens, "
+                       "learned_at = excluded.learned_at "
+                       "WHERE excluded.tokens < learned_windows.tokens "
+                       "OR learned_windows.learned_at <= ?",
+                       [model, tokens, now, now - self.ttl_s])
+
+        await self.store.write(write)
+        self._rows[model] = min(tokens, self._rows.get(model, tokens))

@@ -1,13 +1,14 @@
 """Scale-out (SPEC section 9): three replicas as separate processes on one PostgreSQL schema,
 in front of one in-process fake upstream, driven by a round-robin client.
 
-PostgreSQL-only: replicas need a server they share (SQLite is one file for one process); on
-the SQLite suite run these are skipped, and they run in the ``--store=postgres`` run."""
+Always on PostgreSQL: replicas need a server they share (SQLite is one file for one process).
+The ``--store=postgres`` run gives them its schema; the SQLite run a fresh schema of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from pgtest import fresh_schema
 
 from proxy.store import leases
 from proxy.testing import agent
@@ -38,12 +40,11 @@ WITHIN_S = 2.0  # SPEC: revocations and policy writes reach every replica within
 
 @pytest.fixture
 def replicas(tmp_path: Path, database_url: str | None) -> Iterator[Replicas]:
-    if database_url is None:
-        pytest.skip("replicas share a PostgreSQL server: run with --store=postgres")
-    fake = FakeUpstream()
-    with Replicas(tmp_path, database_url, 3, fake=fake, policies=POLICIES,
-                  env={"CONTEXT_PROXY_ADMIN_TOKEN": ADMIN_TOKEN}) as r:
-        yield r
+    with contextlib.ExitStack() as stack:
+        url = database_url or stack.enter_context(fresh_schema())
+        fake = FakeUpstream()
+        yield stack.enter_context(Replicas(tmp_path, url, 3, fake=fake, policies=POLICIES,
+                                           env={"CONTEXT_PROXY_ADMIN_TOKEN": ADMIN_TOKEN}))
 
 
 def turn_ends(messages: list[dict[str, Any]]) -> list[int]:

@@ -9,6 +9,7 @@ recorded its usage since.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -31,6 +32,7 @@ _BY_PREFIX = ("SELECT * FROM compactions WHERE conversation = ? AND prefix_hash 
 _FRESH = ("SELECT usage_prompt_tokens, usage_estimate, "
           "(SELECT MAX(seq) FROM compactions WHERE conversation = ?) FROM conversations "
           "WHERE id = ?")
+_LATEST = "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq DESC LIMIT 1"
 
 
 @dataclass(frozen=True)
@@ -107,19 +109,19 @@ class Records:
     def latest(self, conversation: str) -> CompactionRecord | None:
         if conversation in self._latest:
             return self._latest[conversation]
-        row = self.store.read_one(
-            "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq DESC LIMIT 1",
-            [conversation])
+        row = self.store.read_one(_LATEST, [conversation])
         rec = _record(dict(row)) if row else None
         self._remember(self._latest, conversation, rec)
         return rec
 
-    def refresh(self, conversation: str) -> None:
+    async def refresh(self, conversation: str) -> None:
         """On a shared store, bring the cached latest compaction and usage of the conversation
-        up to date (a no-op on SQLite, which this process alone writes)."""
+        up to date (a no-op on SQLite, which this process alone writes). The reads run in a
+        worker thread: a round trip to the database server must not hold up the event loop
+        (the caches are updated back on the loop's thread)."""
         if not self.shared:
             return
-        row = self.store.read_one(_FRESH, [conversation, conversation])
+        row = await asyncio.to_thread(self.store.read_one, _FRESH, [conversation, conversation])
         if row is None:  # not stored yet: nothing another process made either
             self._remember(self._usage, conversation, None)
             self._remember(self._latest, conversation, None)
@@ -128,10 +130,12 @@ class Records:
         self._remember(self._usage, conversation, usage)
         cached = self._latest.get(conversation)
         if row[2] is None:
-            self._remember(self._latest, conversation, None)
-        elif cached is None or cached.seq != row[2]:
-            self._latest.pop(conversation, None)
-            self.latest(conversation)
+            if cached is None:  # (one made here while the row was read is kept)
+                self._remember(self._latest, conversation, None)
+        elif cached is None or cached.seq < row[2]:
+            latest = await asyncio.to_thread(self.store.read_one, _LATEST, [conversation])
+            if latest is not None:
+                self.adopt(_record(dict(latest)))
 
     def stored(self, conversation: str, phash: str, covered: int) -> CompactionRecord | None:
         """The newest stored compaction of exactly that prefix, if any (made it the latest

@@ -105,7 +105,7 @@ class ContextService:
         """Everything about the request that a retry keeps. ``conversation`` (public id, key)
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
-        self.records.refresh(key)  # another replica may have compacted it since
+        await self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
         window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)

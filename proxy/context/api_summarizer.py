@@ -16,6 +16,7 @@ from proxy.context.summarizer import Answer, Summarizer
 from proxy.errors import ApiError
 from proxy.upstream import apis
 from proxy.upstream.client import Upstream
+from proxy.upstream.completion import CompletionFailed
 
 ApiSummarizerFactory = Callable[[Principal, str, float, Adapted], Summarizer]
 
@@ -53,7 +54,7 @@ def api_summarizers(upstreams: Mapping[str, Upstream],
                                           headers(principal))
             except TimeoutError:
                 raise SummaryFailed(f"summary call timed out after {timeout_s:g} s") from None
-            except (apis.ApiCallFailed, ApiError) as e:
+            except (CompletionFailed, ApiError) as e:
                 raise SummaryFailed(f"summary call failed: {e}") from None
             if got.tool_call:
                 raise SummaryFailed("summary call answered with a tool call")

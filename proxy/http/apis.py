@@ -8,11 +8,11 @@ it is relayed unchanged and says so (``X-Context-History: upstream``).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from proxy.auth import Principal
@@ -21,21 +21,18 @@ from proxy.context.adapters import Adapted, AdapterError, anthropic, responses
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError, as_anthropic, bad_request
+from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream import apis
-from proxy.upstream.answers import EventCheck
 from proxy.upstream.client import Upstream, current_key
 from proxy.upstream.relay import (
     ANTHROPIC_STREAM_ERROR,
-    answer_whole,
-    is_encoded,
+    Check,
     is_event_stream,
     relay_stream,
     relay_whole,
 )
-from proxy.upstream.relay import read_body as read_answer
-from proxy.upstream.usage import is_overflow, stated_window
 
 READERS = {"messages": anthropic.read, "responses": responses.read}
 HISTORY = "X-Context-History"
@@ -100,40 +97,17 @@ async def managed(request: web.Request, api: str) -> web.StreamResponse:
 
 async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
                    report: ContextReport) -> web.StreamResponse:
-    """Send upstream; on a context-length refusal compact regardless of the trigger and send
-    once more (unless that changes nothing); relay; record the usage."""
-    upstream = _upstream(state, api)
-    headers = apis.headers_for(api, request.headers, job.principal.upstream_key)
-    body = job.request.outgoing(report)
-    try:
-        resp = await upstream.open("POST", apis.PATHS[api], headers, body,
-                                   request.query_string, route=api)
-    except ApiError as e:
-        return _shaped(api, e.response(headers=report.headers()))
-    try:
-        if not 200 <= resp.status < 300:
-            error_body = await read_answer(resp)
-            if not is_overflow(resp.status, error_body):
-                return answer_whole(upstream, resp, error_body, report.headers())
-            retry = replace(await state.context.retry_overflow(job, stated_window(error_body)),
-                            notes=report.notes)
-            again = job.request.outgoing(retry)
-            if again == body:
-                return answer_whole(upstream, resp, error_body,
-                                    replace(retry, retried=None).headers())
-            resp.release()
-            report = retry
-            try:
-                resp = await upstream.open("POST", apis.PATHS[api], headers, again,
-                                           request.query_string, route=api)
-            except ApiError as e:
-                return _shaped(api, e.response(headers=report.headers()))
-        return await _relay(request, state, api, job, resp, report)
-    finally:
-        resp.release()
+    """Send upstream and relay (``forward``) in the API's own shapes."""
+    leg = Leg(_upstream(state, api), apis.PATHS[api],
+              apis.headers_for(api, request.headers, job.principal.upstream_key), api,
+              check=_answer_check(api), usage=functools.partial(apis.usage_of, api),
+              scanner=functools.partial(apis.ApiUsageScanner, api),
+              query=request.query_string, shape=functools.partial(_shaped, api),
+              error_event=ANTHROPIC_STREAM_ERROR if api == "messages" else None)
+    return await forward(request, state, job, report, leg)
 
 
-def _answer_check(api: str) -> Any:
+def _answer_check(api: str) -> Check:
     key, kind = ("type", "message") if api == "messages" else ("object", "response")
 
     def check(body: bytes) -> ApiError | None:
@@ -147,25 +121,6 @@ def _answer_check(api: str) -> Any:
         return None
 
     return check
-
-
-async def _relay(request: web.Request, state: ProxyState, api: str, job: Job,
-                 resp: aiohttp.ClientResponse, report: ContextReport) -> web.StreamResponse:
-    upstream, extra = _upstream(state, api), report.headers()
-    if job.request.stream and resp.status == 200 and is_event_stream(resp):
-        usage = apis.ApiUsageScanner(api)
-        check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
-        out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 check=check, tracked=upstream.streams, secret=upstream.secret,
-                                 error_event=ANTHROPIC_STREAM_ERROR if api == "messages"
-                                 else None)
-        await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
-        return out
-    answer = await relay_whole(upstream, resp, extra, check=_answer_check(api))
-    if answer.status == 200 and isinstance(answer.body, bytes):
-        prompt, cached = apis.usage_of(api, answer.body)
-        await state.context.record_usage(job, report, prompt, cached)
-    return _shaped(api, answer) if answer.status >= 400 and resp.status < 400 else answer
 
 
 async def _relay_as_is(request: web.Request, state: ProxyState, api: str, principal: Principal,
@@ -194,10 +149,6 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def responses_(request: web.Request) -> web.StreamResponse:
     return await managed(request, "responses")
-
-
-async def not_allowed(request: web.Request) -> web.StreamResponse:
-    raise web.HTTPMethodNotAllowed(request.method, ["POST"])
 
 
 def add_routes(app: web.Application) -> None:

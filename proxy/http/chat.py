@@ -11,32 +11,17 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-import aiohttp
 from aiohttp import web
 
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
-from proxy.errors import ApiError
+from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
-from proxy.upstream.answers import EventCheck, unusable_completion
+from proxy.upstream.answers import unusable_completion
 from proxy.upstream.client import current_key, request_headers
-from proxy.upstream.relay import (
-    answer_whole,
-    is_encoded,
-    is_event_stream,
-    read_body,
-    relay_stream,
-    relay_whole,
-)
-from proxy.upstream.usage import (
-    UsageScanner,
-    cached_tokens_of,
-    is_overflow,
-    prompt_tokens_of,
-    stated_window,
-)
+from proxy.upstream.usage import UsageScanner, cached_tokens_of, prompt_tokens_of
 
 PATH = "/chat/completions"
 
@@ -59,72 +44,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _forward(request, state, job, report)
 
 
+def _chat_usage(body: bytes) -> tuple[int, int]:
+    return prompt_tokens_of(body), cached_tokens_of(body)
+
+
 async def _forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport
                    ) -> web.StreamResponse:
-    """Send upstream, retry once on a context-length refusal that compaction could help with,
-    relay, record the usage."""
-    headers = request_headers(request.headers, job.principal.upstream_key, identity=True)
-    sent = time.perf_counter()
-    body = job.request.outgoing(report)
-    try:
-        resp = await state.upstream.open("POST", PATH, headers, body, route="chat")
-    except ApiError as e:  # unreachable or too slow: still say what the proxy did
-        state.metrics.upstream_chat.observe(time.perf_counter() - sent)
-        return e.response(headers=report.headers())
-    try:
-        if not 200 <= resp.status < 300 and report.retried is None:
-            error_body = await read_body(resp)
-            if not is_overflow(resp.status, error_body):
-                return _relay_error(state, resp, error_body, report)
-            retry = await state.context.retry_overflow(job, stated_window(error_body))
-            retry = replace(retry, notes=report.notes)
-            again = job.request.outgoing(retry)
-            if again == body:  # compaction could not shrink it: the same refusal again
-                return _relay_error(state, resp, error_body, replace(retry, retried=None))
-            resp.release()
-            report = retry
-            try:
-                resp = await state.upstream.open("POST", PATH, headers, again, route="chat")
-            except ApiError as e:
-                return e.response(headers=report.headers())
-        return await _relay_answer(request, state, job, resp, report)
-    finally:
-        resp.release()
-        state.metrics.upstream_chat.observe(time.perf_counter() - sent)
-
-
-def _relay_error(state: ProxyState, resp: aiohttp.ClientResponse, body: bytes,
-                 report: ContextReport) -> web.Response:
-    """An upstream error answer with the ``X-Context-*`` headers: a JSON body relayed scrubbed
-    of the upstream key, any other replaced by an OpenAI-shaped error (``answer_whole``)."""
-    return answer_whole(state.upstream, resp, body, report.headers())
-
-
-async def _relay_answer(request: web.Request, state: ProxyState, job: Job,
-                        resp: aiohttp.ClientResponse, report: ContextReport
-                        ) -> web.StreamResponse:
-    """Relay the answer with the ``X-Context-*`` headers and record its usage. A stream is
-    checked line by line (a data line that is not JSON ends it with the SSE error event); a
-    whole 200 must be a chat completion (else 502); a broken read is a 502."""
-    extra = report.headers()
-    if job.request.stream and resp.status == 200 and is_event_stream(resp):
-        usage = UsageScanner()
-        check = None if is_encoded(resp) else EventCheck(on_line=usage.line)
-        out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 check=check, tracked=state.upstream.streams,
-                                 secret=state.upstream.secret)
-        await state.context.record_usage(job, report, usage.prompt_tokens, usage.cached_tokens)
-        return out
-    out = await relay_whole(state.upstream, resp, extra, check=unusable_completion)
-    if out.status == 200 and isinstance(out.body, bytes):
-        await state.context.record_usage(job, report, prompt_tokens_of(out.body),
-                                         cached_tokens_of(out.body))
-    return out
-
-
-async def not_allowed(request: web.Request) -> web.StreamResponse:
-    """Any other method on the chat path: the proxy's own 405, not the catch-all relay."""
-    raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+    """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
+    leg = Leg(state.upstream, PATH,
+              request_headers(request.headers, job.principal.upstream_key, identity=True),
+              "chat", check=unusable_completion, usage=_chat_usage, scanner=UsageScanner,
+              observe=state.metrics.upstream_chat.observe)
+    return await forward(request, state, job, report, leg)
 
 
 def add_routes(app: web.Application) -> None:

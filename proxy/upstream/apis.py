@@ -18,7 +18,7 @@ import orjson
 from multidict import CIMultiDict
 
 from proxy.upstream.client import Upstream, request_headers
-from proxy.upstream.relay import read_body
+from proxy.upstream.completion import CompletionFailed, post_whole
 
 ANTHROPIC_VERSION = "2023-06-01"
 PATHS = {"messages": "/messages", "responses": "/responses"}
@@ -80,8 +80,8 @@ class ApiAnswer:
     cached_tokens: int
 
 
-class ApiCallFailed(Exception):
-    """An error status, or an answer that is not the API's shape."""
+class ApiCallFailed(CompletionFailed):
+    """An answer that is not the API's shape (an error status is ``CompletionFailed``)."""
 
 
 def parse_answer(api: str, raw: bytes) -> ApiAnswer:
@@ -104,15 +104,8 @@ def parse_answer(api: str, raw: bytes) -> ApiAnswer:
 
 async def call(upstream: Upstream, api: str, key: str | None, payload: Mapping[str, Any],
                extra_headers: Mapping[str, str] | None = None) -> ApiAnswer:
-    """One non-streamed call of the API (a summary); raises ``ApiCallFailed`` or ``ApiError``."""
+    """One non-streamed call of the API (a summary); raises ``CompletionFailed`` (its
+    ``ApiCallFailed``) or ``ApiError``."""
     headers = headers_for(api, {"Content-Type": "application/json", **(extra_headers or {})},
                           key)
-    resp = await upstream.open("POST", PATHS[api], headers,
-                               orjson.dumps({**payload, "stream": False}), route="summary")
-    try:
-        body = await read_body(resp)
-    finally:
-        resp.release()
-    if resp.status != 200:
-        raise ApiCallFailed(f"the upstream answered {resp.status}")
-    return parse_answer(api, body)
+    return parse_answer(api, await post_whole(upstream, PATHS[api], headers, payload, "summary"))

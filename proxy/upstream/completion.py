@@ -54,6 +54,22 @@ def parse_completion(raw: bytes) -> Completion:
                       _int(usage.get("total_tokens")))
 
 
+async def post_whole(upstream: Upstream, path: str, headers: Mapping[str, str],
+                     payload: Mapping[str, Any], route: str) -> bytes:
+    """POST ``payload`` to ``path`` not streamed, and the body of its 200 answer. Raises
+    ``CompletionFailed`` on another status, ``ApiError`` (502/504) when the upstream cannot be
+    reached or its answer breaks off."""
+    resp = await upstream.open("POST", path, headers, orjson.dumps({**payload, "stream": False}),
+                               route=route)
+    try:
+        raw = await read_body(resp)
+    finally:
+        resp.release()
+    if resp.status != 200:
+        raise CompletionFailed(f"the upstream answered {resp.status}")
+    return raw
+
+
 async def complete(upstream: Upstream, api_key: str | None, payload: Mapping[str, Any],
                    extra_headers: Mapping[str, str] | None = None, route: str = "summary"
                    ) -> Completion:
@@ -65,12 +81,4 @@ async def complete(upstream: Upstream, api_key: str | None, payload: Mapping[str
                **(extra_headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    resp = await upstream.open("POST", PATH, headers, orjson.dumps({**payload, "stream": False}),
-                               route=route)
-    try:
-        raw = await read_body(resp)
-    finally:
-        resp.release()
-    if resp.status != 200:
-        raise CompletionFailed(f"the upstream answered {resp.status}")
-    return parse_completion(raw)
+    return parse_completion(await post_whole(upstream, PATH, headers, payload, route))

@@ -1,0 +1,141 @@
+"""The managed routes' way upstream and back, for every API: send the managed body, retry once
+on a context-length refusal that compaction can help with, relay the answer with the
+``X-Context-*`` headers and feed its usage back to the context service.
+
+What differs by API travels in a ``Leg`` (where it goes, how the proxy's own errors are shaped,
+how the answer is checked and its usage read).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+
+from proxy.context.job import Job
+from proxy.context.report import ContextReport
+from proxy.errors import ApiError
+from proxy.state import ProxyState
+from proxy.upstream.answers import EventCheck
+from proxy.upstream.client import Upstream
+from proxy.upstream.relay import (
+    Check,
+    answer_whole,
+    is_encoded,
+    is_event_stream,
+    read_body,
+    relay_stream,
+    relay_whole,
+)
+from proxy.upstream.usage import is_overflow, stated_window
+
+
+class Scanner(Protocol):
+    """Reads a stream's usage from its lines as ``EventCheck`` passes them."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+    def line(self, line: bytes) -> None: ...
+
+
+def _same(response: web.Response) -> web.Response:
+    return response
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One API's upstream leg. ``shape`` puts the proxy's own error answers in the API's shape;
+    ``check`` refuses a whole 200 that is not that API's answer; ``usage`` reads (prompt,
+    cached) tokens off a whole answer, ``scanner`` off a stream; ``error_event`` ends a broken
+    stream (OpenAI's when ``None``); ``observe`` times the upstream leg, when given."""
+
+    upstream: Upstream
+    path: str
+    headers: Mapping[str, str]
+    route: str
+    check: Check
+    usage: Callable[[bytes], tuple[int, int]]
+    scanner: Callable[[], Scanner]
+    query: str = ""
+    shape: Callable[[web.Response], web.Response] = _same
+    error_event: bytes | None = None
+    observe: Callable[[float], None] | None = None
+
+
+async def forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport,
+                  leg: Leg) -> web.StreamResponse:
+    """Send upstream, retry once on a context-length refusal that compaction could help with,
+    relay, record the usage. Unreachable or too slow, the error still says what the proxy
+    did (the ``X-Context-*`` headers)."""
+    sent = time.perf_counter()
+    body = job.request.outgoing(report)
+    try:
+        resp = await _open(leg, body)
+    except ApiError as e:
+        _observe(leg, sent)
+        return leg.shape(e.response(headers=report.headers()))
+    try:
+        if not 200 <= resp.status < 300:
+            error_body = await read_body(resp)
+            if not is_overflow(resp.status, error_body):
+                return answer_whole(leg.upstream, resp, error_body, report.headers())
+            retry = replace(await state.context.retry_overflow(job, stated_window(error_body)),
+                            notes=report.notes)
+            again = job.request.outgoing(retry)
+            if again == body:  # compaction could not shrink it: the same refusal again
+                return answer_whole(leg.upstream, resp, error_body,
+                                    replace(retry, retried=None).headers())
+            resp.release()
+            report = retry
+            try:
+                resp = await _open(leg, again)
+            except ApiError as e:
+                return leg.shape(e.response(headers=report.headers()))
+        return await _relay(request, state, job, resp, report, leg)
+    finally:
+        resp.release()
+        _observe(leg, sent)
+
+
+async def _open(leg: Leg, body: bytes) -> aiohttp.ClientResponse:
+    return await leg.upstream.open("POST", leg.path, leg.headers, body, leg.query,
+                                   route=leg.route)
+
+
+def _observe(leg: Leg, sent: float) -> None:
+    if leg.observe is not None:
+        leg.observe(time.perf_counter() - sent)
+
+
+async def _relay(request: web.Request, state: ProxyState, job: Job,
+                 resp: aiohttp.ClientResponse, report: ContextReport, leg: Leg
+                 ) -> web.StreamResponse:
+    """Relay the answer with the ``X-Context-*`` headers and record its usage. A stream is
+    checked line by line (a data line that is not JSON ends it with the error event); a whole
+    200 must pass ``leg.check`` (else 502); a broken read is a 502."""
+    extra = report.headers()
+    if job.request.stream and resp.status == 200 and is_event_stream(resp):
+        scanner = leg.scanner()
+        check = None if is_encoded(resp) else EventCheck(on_line=scanner.line)
+        out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
+                                 check=check, tracked=leg.upstream.streams,
+                                 secret=leg.upstream.secret, error_event=leg.error_event)
+        await state.context.record_usage(job, report, scanner.prompt_tokens,
+                                         scanner.cached_tokens)
+        return out
+    answer = await relay_whole(leg.upstream, resp, extra, check=leg.check)
+    if answer.status == 200 and isinstance(answer.body, bytes):
+        await state.context.record_usage(job, report, *leg.usage(answer.body))
+    # An error the proxy made of a 2xx (an answer it could not use) is its own: in the API's
+    # shape. The upstream's own errors are relayed as they came.
+    return leg.shape(answer) if answer.status >= 400 and resp.status < 400 else answer
+
+
+async def not_allowed(request: web.Request) -> web.StreamResponse:
+    """Any other method on a managed path: the proxy's own 405, not the catch-all relay."""
+    raise web.HTTPMethodNotAllowed(request.method, ["POST"])

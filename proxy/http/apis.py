@@ -20,8 +20,9 @@ from proxy.context import manual
 from proxy.context.adapters import Adapted, AdapterError, anthropic, responses
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport
-from proxy.errors import ApiError, as_anthropic, bad_request
+from proxy.errors import ApiError, bad_request
 from proxy.http.forward import Leg, forward, not_allowed
+from proxy.http.middleware import shaped
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream import apis
@@ -63,10 +64,6 @@ def _upstream(state: ProxyState, api: str) -> Upstream:
     return state.anthropic if api == "messages" else state.upstream
 
 
-def _shaped(api: str, response: web.Response) -> web.Response:
-    return as_anthropic(response) if api == "messages" else response
-
-
 async def managed(request: web.Request, api: str) -> web.StreamResponse:
     start = time.perf_counter()
     state = request.app[STATE]
@@ -102,7 +99,7 @@ async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
               apis.headers_for(api, request.headers, job.principal.upstream_key), api,
               check=_answer_check(api), usage=functools.partial(apis.usage_of, api),
               scanner=functools.partial(apis.ApiUsageScanner, api),
-              query=request.query_string, shape=functools.partial(_shaped, api),
+              query=request.query_string, shape=functools.partial(shaped, api),
               error_event=ANTHROPIC_STREAM_ERROR if api == "messages" else None)
     return await forward(request, state, job, report, leg)
 

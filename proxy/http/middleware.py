@@ -74,7 +74,7 @@ def quiet_parser_errors() -> None:
 ANTHROPIC_ROUTES = frozenset({"messages"})
 
 
-def _shaped(route: str, response: web.Response) -> web.Response:
+def shaped(route: str, response: web.Response) -> web.Response:
     """The proxy's own error in the route's API shape (Anthropic's on ``/v1/messages``)."""
     return as_anthropic(response) if route in ANTHROPIC_ROUTES else response
 
@@ -95,13 +95,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return resp
     except ApiError as e:
         status = e.status
-        return _shaped(route, e.response())
+        return shaped(route, e.response())
     except web.HTTPException as e:
         status = e.status
         if e.status < 400:
             raise
         message = _MESSAGES.get(e.status, e.reason)
-        return _shaped(route, ApiError(e.status, message,
+        return shaped(route, ApiError(e.status, message,
                                        code=e.reason.lower().replace(" ", "_")).response(
             headers={k: v for k, v in e.headers.items() if k.lower() == "allow"}))
     except (ConnectionResetError, ClientConnectionResetError):
@@ -112,7 +112,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=CLIENT_CLOSED)  # written to no one: aiohttp drops it
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
-        return _shaped(route, ApiError(500, "The proxy hit an internal error.",
+        return shaped(route, ApiError(500, "The proxy hit an internal error.",
                                        code="internal_error").response())
     finally:
         if in_flight is not None:

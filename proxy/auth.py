@@ -93,14 +93,15 @@ class Authenticator:
                            "(or 'x-api-key: <key>').",
                            code="missing_api_key")
         cache = self._fresh_cache()
-        digest = hash_key(token)
-        if digest in cache:
-            principal = cache[digest]
+        # Keyed by the key itself: it is in this process's memory anyway (the request holds
+        # it), and a hit then costs no SHA-256.
+        if token in cache:
+            principal = cache[token]
         else:
-            principal = self._resolve(token, digest)
+            principal = self._resolve(token, hash_key(token))
             if len(cache) >= 100_000:
                 cache.clear()
-            cache[digest] = principal
+            cache[token] = principal
         if principal is None:
             raise ApiError(401, "Invalid or revoked API key.", code="invalid_api_key")
         return principal

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import sys
@@ -55,8 +54,7 @@ def _serve(settings: Settings) -> int:
     from proxy.http.access import ACCESS_LOGGER, AccessLog
 
     app = create_app(settings)
-    gc.collect()
-    gc.freeze()  # what start-up made lives as long as the process: out of the collector's way
+    startup.tune_collector()
     line = startup.startup_line(settings, sock)
     # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
     web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),

@@ -7,6 +7,7 @@ and aiohttp then serves on that very socket.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import socket
@@ -147,6 +148,21 @@ class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
         self._stop.set()
         self.flush()
         super().close()
+
+
+# A chat request parses into about a thousand containers that all die when it ends. At the
+# collector's default first threshold (700 more allocations than deallocations) a few requests
+# in flight trigger it several times per request, and each run walks the bodies still in flight;
+# at 50,000 they are gone before it runs. Cycles are still collected, a little later.
+COLLECTOR_THRESHOLDS = (50_000, 20, 10)
+
+
+def tune_collector() -> None:
+    """For a serving process, once start-up is done: what start-up made lives as long as the
+    process (frozen, out of the collector's way), and the collector runs less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 def configure_logging(log_format: str) -> BufferedStderr:

@@ -211,3 +211,25 @@ def test_startup_line_and_access_lines(env: dict[str, str], upstream: str, tmp_p
     assert upstream.rstrip("/") in message and env["CONTEXT_PROXY_POLICIES"] in message
     url = os.environ.get("CONTEXT_PROXY_DATABASE_URL")  # the suite's PostgreSQL run
     assert (f"store postgresql {public_url(url)};" if url else env["CONTEXT_PROXY_DB"]) in message
+
+
+def test_serving_process_tunes_the_collector() -> None:
+    """What start-up made is frozen, and the collector's first threshold is raised so that the
+    bodies of requests in flight die before it walks them (run apart: it changes the process)."""
+    code = ("import gc; from proxy.cli import startup; before = gc.get_freeze_count(); "
+            "startup.tune_collector(); "
+            "print(gc.get_threshold() == startup.COLLECTOR_THRESHOLDS, "
+            "gc.get_freeze_count() > before, startup.COLLECTOR_THRESHOLDS[0] >= 10_000)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
+                         timeout=HANG_GUARD_S, check=True)
+    assert out.stdout.split() == ["True", "True", "True"]
+
+
+def test_serve_tunes_the_collector_after_start_up() -> None:
+    """``serve`` calls it once the application is built (and before it listens for requests)."""
+    import inspect
+
+    from proxy import cli as cli_module
+
+    source = inspect.getsource(cli_module._serve)
+    assert source.index("startup.tune_collector()") < source.index("web.run_app(")

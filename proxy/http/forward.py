@@ -8,6 +8,7 @@ how the answer is checked and its usage read).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -32,6 +33,8 @@ from proxy.upstream.relay import (
     relay_whole,
 )
 from proxy.upstream.usage import is_overflow, stated_window
+
+log = logging.getLogger("context_proxy")
 
 
 class Scanner(Protocol):
@@ -125,15 +128,32 @@ async def _relay(request: web.Request, state: ProxyState, job: Job,
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
                                  check=check, tracked=leg.upstream.streams,
                                  secret=leg.upstream.secret, error_event=leg.error_event)
-        await state.context.record_usage(job, report, scanner.prompt_tokens,
-                                         scanner.cached_tokens)
+        await _record(state, job, report, (scanner.prompt_tokens, scanner.cached_tokens))
         return out
     answer = await relay_whole(leg.upstream, resp, extra, check=leg.check)
     if answer.status == 200 and isinstance(answer.body, bytes):
-        await state.context.record_usage(job, report, *leg.usage(answer.body))
+        # The client has its answer before the usage is booked: that is bookkeeping, not part
+        # of the latency it waits for (aiohttp sends an answer sent here only once).
+        usage = leg.usage(answer.body)
+        try:
+            await answer.prepare(request)
+            await answer.write_eof()
+        finally:  # paid for, whether the client stayed for the answer or not
+            await _record(state, job, report, usage)
+        return answer
     # An error the proxy made of a 2xx (an answer it could not use) is its own: in the API's
     # shape. The upstream's own errors are relayed as they came.
     return leg.shape(answer) if answer.status >= 400 and resp.status < 400 else answer
+
+
+async def _record(state: ProxyState, job: Job, report: ContextReport, usage: tuple[int, int]
+                  ) -> None:
+    """Book an answered request's usage. Its answer has been sent by now, so a failure here
+    is logged, never answered."""
+    try:
+        await state.context.record_usage(job, report, *usage)
+    except Exception:
+        log.exception("could not record the upstream's usage of an answered request")
 
 
 async def not_allowed(request: web.Request) -> web.StreamResponse:

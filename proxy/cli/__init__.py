@@ -55,6 +55,7 @@ def _serve(settings: Settings) -> int:
 
     app = create_app(settings)
     startup.tune_collector()
+    startup.tune_allocator()
     line = startup.startup_line(settings, sock)
     # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
     web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),

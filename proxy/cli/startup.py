@@ -7,9 +7,11 @@ and aiohttp then serves on that very socket.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import logging
+import platform
 import socket
 import sys
 import threading
@@ -163,6 +165,31 @@ def tune_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
+
+
+# glibc serves an allocation above its mmap threshold with a fresh mapping and returns it to the
+# system when freed. orjson's parse buffer is about ten times the body, and a conversation's
+# body grows every turn, so each request's buffer is a little larger than the last and beats
+# glibc's self-adjusting threshold: one mmap, munmap and ~600 page faults per 2 MB request
+# (~0.7 ms). A fixed 32 MiB threshold (glibc's ceiling) and a trim threshold above it keep such
+# buffers on the heap, reused from one request to the next.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+MMAP_THRESHOLD = 32 * 1024 * 1024
+TRIM_THRESHOLD = 128 * 1024 * 1024
+
+
+def tune_allocator() -> bool:
+    """For a serving process on glibc: large buffers stay on the heap between requests (see
+    above). Whether it applied (False elsewhere, e.g. musl, where nothing changes)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
+        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def configure_logging(log_format: str) -> BufferedStderr:

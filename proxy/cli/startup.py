@@ -11,7 +11,7 @@ import ctypes
 import gc
 import json
 import logging
-import platform
+import os
 import socket
 import sys
 import threading
@@ -181,11 +181,11 @@ TRIM_THRESHOLD = 128 * 1024 * 1024
 def tune_allocator() -> bool:
     """For a serving process on glibc: large buffers stay on the heap between requests (see
     above). Whether it applied (False elsewhere, e.g. musl, where nothing changes)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
+    try:  # the C library's own answer: no scan of the executable, as platform.libc_ver does
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (ValueError, OSError, AttributeError):  # not glibc, or no such name here
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \

@@ -225,14 +225,16 @@ def test_serving_process_tunes_the_collector() -> None:
     assert out.stdout.split() == ["True", "True", "True"]
 
 
-def test_serve_tunes_the_collector_after_start_up() -> None:
-    """``serve`` calls it once the application is built (and before it listens for requests)."""
+def test_serve_tunes_the_process_after_start_up() -> None:
+    """``serve`` tunes the collector and the allocator once the application is built (and
+    before it serves requests)."""
     import inspect
 
     from proxy import cli as cli_module
 
     source = inspect.getsource(cli_module._serve)
-    assert source.index("startup.tune_collector()") < source.index("web.run_app(")
+    for call in ("startup.tune_collector()", "startup.tune_allocator()"):
+        assert source.index(call) < source.index("web.run_app("), call
 
 
 ALLOCATOR_PROBE = """
@@ -268,12 +270,3 @@ def test_tuned_allocator_keeps_a_growing_bodys_parse_buffer_on_the_heap() -> Non
         _, _, plain_faults = _probe_allocator("plain")
         assert plain_faults > 200  # the cost the tuning removes is there without it
         assert tuned_faults < 50
-
-
-def test_serve_tunes_the_allocator_after_start_up() -> None:
-    import inspect
-
-    from proxy import cli as cli_module
-
-    source = inspect.getsource(cli_module._serve)
-    assert source.index("startup.tune_allocator()") < source.index("web.run_app(")

@@ -29,10 +29,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Check every setting, bind the port, then build and run the application on it."""
-    from proxy.cli import startup
+    from proxy.cli import logs
 
     settings = _settings(args)
-    handler = startup.configure_logging(settings.log_format)
+    handler = logs.configure_logging(settings.log_format)
     try:
         return _serve(settings)
     finally:

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
-import logging
 import os
 import socket
-import sys
-import threading
-import time
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.errors import ConfigError
@@ -96,62 +91,6 @@ def _store(settings: Settings) -> str:
     return f"sqlite {settings.db_path}"
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the access fields."""
-
-    FIELDS = ("method", "route", "path", "status", "duration_ms", "conversation", "outcome",
-              "request_id", "remote")
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, object] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname, "logger": record.name, "message": record.getMessage()}
-        for name in self.FIELDS:
-            if name in record.__dict__:
-                doc[name] = record.__dict__[name]
-        if record.exc_info:
-            doc["error"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False)
-
-
-class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Lines go to a buffer that a thread flushes every ``every_s``; a warning or worse is
-    flushed at once. A write to stderr per access line (or a thread woken per line) would cost
-    the event loop more than the rest of a short request's handling."""
-
-    def __init__(self, every_s: float = 0.2) -> None:
-        stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False,  # noqa: SIM115
-                      encoding="utf-8", errors="backslashreplace")  # closed by close()
-        super().__init__(stream)
-        self._every_s = every_s
-        self._stop = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_often, daemon=True,
-                                         name="log-flush")
-        self._flusher.start()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.stream.write(self.format(record) + "\n")
-            if record.levelno >= logging.WARNING:
-                self.stream.flush()
-        except Exception:
-            self.handleError(record)
-
-    def flush(self) -> None:
-        with self.lock:  # type: ignore[union-attr]
-            self.stream.flush()
-
-    def _flush_often(self) -> None:
-        while not self._stop.wait(self._every_s):
-            self.flush()
-
-    def close(self) -> None:
-        self._stop.set()
-        self.flush()
-        super().close()
-
-
 # A chat request parses into about a thousand containers that all die when it ends. At the
 # collector's default first threshold (700 more allocations than deallocations) a few requests
 # in flight trigger it several times per request, and each run walks the bodies still in flight;
@@ -192,22 +131,3 @@ def tune_allocator() -> bool:
         bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-def configure_logging(log_format: str) -> BufferedStderr:
-    """Log to stderr, as text lines or JSON lines; the caller closes the returned handler at
-    exit (which writes what is left). litellm's loggers stay at WARNING (the proxy does not
-    import it, but a deployment may)."""
-    handler = BufferedStderr()
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    # What the logging HOWTO's "Optimization" section lists: no caller lookup, thread or process
-    # names per record. The lines never show them, and they cost microseconds on every request.
-    logging._srcfile = None
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    for name in ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "litellm", "httpx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    return handler

@@ -131,16 +131,34 @@ class EventCheck:
         return rest
 
     def _check(self, data: bytes, end: int) -> int:
-        """Check the lines of ``data[:end]``; the offset where the good ones end."""
+        """Check the lines of ``data[:end]``; the offset where the good ones end. A line with no
+        CR is judged here, inline (an event is two such lines and they come by the thousand);
+        any other goes through ``_good``."""
         start = 0
-        good = self._good
+        on_line = self._on_line
         while start < end:
             stop = data.index(b"\n", start) + 1
+            line = data[start:stop - 1]
             if self._unchecked:
                 self._unchecked = False  # the rest of a line let through unchecked
-            elif not good(data[start:stop - 1]):
-                self.bad = True
-                return start
+            elif not line:
+                self.open_event = False
+            elif b"\r" in line:
+                if not self._good(line):
+                    self.bad = True
+                    return start
+            else:
+                if line[:5] == b"data:":
+                    value = line[5:].strip()
+                    if not value.startswith(b"[DONE]"):
+                        try:
+                            orjson.loads(value)
+                        except orjson.JSONDecodeError:
+                            self.bad = True
+                            return start
+                    self.open_event = True
+                if on_line is not None:
+                    on_line(line)
             start = stop
         return end
 

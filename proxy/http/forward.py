@@ -38,10 +38,12 @@ log = logging.getLogger("context_proxy")
 
 
 class Scanner(Protocol):
-    """Reads a stream's usage from its lines as ``EventCheck`` passes them."""
+    """Reads a stream's usage from its lines as ``EventCheck`` passes them: those that contain
+    ``marker``."""
 
     prompt_tokens: int
     cached_tokens: int
+    marker: bytes
 
     def line(self, line: bytes) -> None: ...
 
@@ -124,7 +126,8 @@ async def _relay(request: web.Request, state: ProxyState, job: Job,
     extra = report.headers()
     if job.request.stream and resp.status == 200 and is_event_stream(resp):
         scanner = leg.scanner()
-        check = None if is_encoded(resp) else EventCheck(on_line=scanner.line)
+        check = None if is_encoded(resp) else EventCheck(on_line=scanner.line,
+                                                            only=scanner.marker)
         out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
                                  check=check, tracked=leg.upstream.streams,
                                  secret=leg.upstream.secret, error_event=leg.error_event)

@@ -94,15 +94,18 @@ class EventCheck:
     (``is_bad_data_line``); the partial line at the end is held until its line break comes, so a
     client never gets part of an event. A line longer than ``MAX_LINE`` is let through
     unchecked. After a bad line ``bad`` is set and nothing more is returned. ``on_line`` sees
-    each good complete line, without its line break (the usage scanner).
+    each good complete line, without its line break (the usage scanner); with ``only``, just
+    the lines that contain it.
     """
 
     MAX_LINE = 1 << 20
 
-    def __init__(self, on_line: Callable[[bytes], None] | None = None) -> None:
+    def __init__(self, on_line: Callable[[bytes], None] | None = None,
+                 only: bytes = b"") -> None:
         self.bad = False
         self.open_event = False  # a data line went out and the event's blank line did not yet
         self._on_line = on_line
+        self._only = only
         self._partial = b""
         self._unchecked = False  # the held line's start went out unchecked (over MAX_LINE)
 
@@ -131,34 +134,40 @@ class EventCheck:
         return rest
 
     def _check(self, data: bytes, end: int) -> int:
-        """Check the lines of ``data[:end]``; the offset where the good ones end. A line with no
-        CR is judged here, inline (an event is two such lines and they come by the thousand);
-        any other goes through ``_good``."""
+        """Check the lines of ``data[:end]``; the offset where the good ones end. A block with no
+        CR (the usual one: an event is two such lines, and they come by the thousand) is judged
+        whole; any other block, or one with a bad line, line by line (``_check_lines``)."""
+        if self._unchecked or b"\r" in data[:end]:
+            return self._check_lines(data, end)
+        lines = data[:end].split(b"\n")
+        lines.pop()  # after the last line break
+        try:
+            for value in [line[5:].strip() for line in lines if line[:5] == b"data:"]:
+                if value[:6] != b"[DONE]":
+                    orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return self._check_lines(data, end)  # nothing changed yet: find where it breaks
+        for line in reversed(lines):  # what the last blank or data line leaves open
+            if not line or line[:5] == b"data:":
+                self.open_event = bool(line)
+                break
+        if self._on_line is not None:
+            only = self._only
+            for line in lines:
+                if line and only in line:
+                    self._on_line(line)
+        return end
+
+    def _check_lines(self, data: bytes, end: int) -> int:
+        """``_check`` one line at a time."""
         start = 0
-        on_line = self._on_line
         while start < end:
             stop = data.index(b"\n", start) + 1
-            line = data[start:stop - 1]
             if self._unchecked:
                 self._unchecked = False  # the rest of a line let through unchecked
-            elif not line:
-                self.open_event = False
-            elif b"\r" in line:
-                if not self._good(line):
-                    self.bad = True
-                    return start
-            else:
-                if line[:5] == b"data:":
-                    value = line[5:].strip()
-                    if not value.startswith(b"[DONE]"):
-                        try:
-                            orjson.loads(value)
-                        except orjson.JSONDecodeError:
-                            self.bad = True
-                            return start
-                    self.open_event = True
-                if on_line is not None:
-                    on_line(line)
+            elif not self._good(data[start:stop - 1]):
+                self.bad = True
+                return start
             start = stop
         return end
 
@@ -175,6 +184,6 @@ class EventCheck:
             if is_bad_data_line(line):
                 return False
             self.open_event = True
-        if self._on_line is not None:
+        if self._on_line is not None and self._only in line:
             self._on_line(line)
         return True

@@ -48,13 +48,15 @@ class ApiUsageScanner:
     Anthropic's ``message_start`` (and ``message_delta``), the Responses API's
     ``response.completed``."""
 
+    marker = b'"input_tokens"'  # a line without it says nothing about usage
+
     def __init__(self, api: str) -> None:
         self.api = api
         self.prompt_tokens = 0
         self.cached_tokens = 0
 
     def line(self, line: bytes) -> None:
-        if line.startswith(b"data:") and b'"input_tokens"' in line:
+        if line.startswith(b"data:") and self.marker in line:
             prompt, cached = usage_of(self.api, line[5:])
             if prompt >= self.prompt_tokens:
                 self.prompt_tokens, self.cached_tokens = prompt, cached

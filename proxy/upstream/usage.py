@@ -33,6 +33,7 @@ class UsageScanner:
     (``feed``) or line by line (``line``)."""
 
     MAX_LINE = 1 << 20
+    marker = b'"prompt_tokens"'  # a line without it says nothing about usage
 
     def __init__(self) -> None:
         self.prompt_tokens = 0
@@ -49,7 +50,7 @@ class UsageScanner:
 
     def line(self, line: bytes) -> None:
         """One complete SSE line, without its line break (``EventCheck`` calls this)."""
-        if line.startswith(b"data:") and b'"prompt_tokens"' in line:
+        if line.startswith(b"data:") and self.marker in line:
             data = line[5:].strip()
             self.prompt_tokens = prompt_tokens_of(data) or self.prompt_tokens
             self.cached_tokens = cached_tokens_of(data) or self.cached_tokens

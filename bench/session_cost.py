@@ -17,6 +17,7 @@ over the whole session, and over the turns where pass-through still fits the win
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -92,10 +93,12 @@ def _calls(fake: FakeUpstream, start: int) -> list[Call]:
     return out
 
 
-def play(session: Session, spec: agent.AgentSpec = SPEC) -> Played:
+def play(session: Session, spec: agent.AgentSpec = SPEC,
+         policy: dict[str, Any] | None = None) -> Played:
+    """Play ``session``; ``policy``: more platform defaults (policy fields and values)."""
     script = Script()
     fake = FakeUpstream(models={session.model: session.window}, responder=script.respond)
-    layer = validate_layer({"masking.in_steps": session.in_steps})
+    layer = validate_layer({**(policy or {}), "masking.in_steps": session.in_steps})
     played = Played(session)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, \
@@ -150,6 +153,16 @@ def report(results: Sequence[Played]) -> None:
           "upstream prompt tokens over the client's.")
 
 
+def _setting(item: str) -> tuple[str, Any]:
+    name, sep, text = item.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--policy wants FIELD=VALUE, got {item!r}")
+    try:
+        return name, json.loads(text)
+    except json.JSONDecodeError:
+        return name, text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", action="append", help="session name, e.g. 150x128k (repeatable)")
@@ -158,7 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="tool output sizes the generator draws (default 1200 4200)")
     p.add_argument("--thought-words", type=int, nargs=2, metavar=("LOW", "HIGH"),
                    help="words of the assistant's text per turn (default 10 40)")
+    p.add_argument("--policy", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a platform default for every session, e.g. masking.trigger_ratio=0.5 "
+                        "(the value read as JSON, else as text; repeatable)")
     args = p.parse_args(argv)
+    try:
+        policy = dict(_setting(item) for item in args.policy)
+        validate_layer(policy)
+    except ValueError as e:
+        p.error(str(e))
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]
@@ -170,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for s in sessions:
         print(f"playing {s.name} in_steps={str(s.in_steps).lower()} ...", file=sys.stderr)
-        results.append(play(s, spec))
+        results.append(play(s, spec, policy))
     report(results)
     return 0
 

@@ -117,8 +117,11 @@ class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
         if self.filters or type(formatter) not in (TextFormatter, JsonFormatter):
             return False
         line = formatter.line(created, "INFO", name, message, fields)  # type: ignore[union-attr]
-        with self.lock:  # type: ignore[union-attr]
-            self.stream.write(line + "\n")
+        try:
+            with self.lock:  # type: ignore[union-attr]
+                self.stream.write(line + "\n")
+        except Exception:  # a closed stream, say: logging's own way reports it as emit would
+            return False
         return True
 
     def flush(self) -> None:

@@ -64,6 +64,20 @@ def test_a_handler_with_a_filter_or_a_foreign_formatter_takes_records(
     assert out.getvalue() == ""
 
 
+class Unwritable(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError("no space left on device")
+
+
+def test_a_line_that_cannot_be_written_is_left_to_logging() -> None:
+    handler = BufferedStderr(every_s=60, stream=Unwritable())
+    handler.setFormatter(TextFormatter())
+    try:
+        assert not handler.access("x", "line", FIELDS, 0.0)  # logging then reports it
+    finally:
+        handler.close()
+
+
 def test_direct_sink_only_when_the_record_would_meet_that_handler_alone(
         sink: tuple[BufferedStderr, io.StringIO]) -> None:
     handler, _ = sink

@@ -137,15 +137,12 @@ class EventCheck:
         """Check the lines of ``data[:end]``; the offset where the good ones end. A block with no
         CR (the usual one: an event is two such lines, and they come by the thousand) is judged
         whole; any other block, or one with a bad line, line by line (``_check_lines``)."""
-        if self._unchecked or b"\r" in data[:end]:
+        block = data[:end]
+        if self._unchecked or b"\r" in block:
             return self._check_lines(data, end)
-        lines = data[:end].split(b"\n")
+        lines = block.split(b"\n")
         lines.pop()  # after the last line break
-        try:
-            for value in [line[5:].strip() for line in lines if line[:5] == b"data:"]:
-                if value[:6] != b"[DONE]":
-                    orjson.loads(value)
-        except orjson.JSONDecodeError:
+        if any(is_bad_data_line(line) for line in lines if line[:5] == b"data:"):
             return self._check_lines(data, end)  # nothing changed yet: find where it breaks
         for line in reversed(lines):  # what the last blank or data line leaves open
             if not line or line[:5] == b"data:":

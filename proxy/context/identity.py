@@ -1,7 +1,7 @@
 """Conversation identity: the public id of a conversation and the key it is stored under.
 
 A conversation is named by the client's ``X-Conversation-Id`` header, else by a fingerprint of
-the organization, the system/developer messages and the first user message. Either way the
+the organization, the opening system/developer messages and the first user message. Either way the
 stored key is namespaced by organization, so two organizations never share a conversation, and
 one organization can never address another's records (its key simply differs).
 """
@@ -37,14 +37,16 @@ _keys: dict[tuple[str, str], str] = {}  # a conversation's key is asked for on e
 
 def fingerprint_id(org: str, messages: Sequence[Mapping[str, Any]]) -> str:
     """A stable public id for a conversation that sent no ``X-Conversation-Id``: a digest of
-    the organization, every system/developer message and the first user message."""
+    the organization, the system/developer messages before the first user message and that
+    message. A system message later in the list (an agent's note on its environment, which it
+    may change from turn to turn) does not name the conversation."""
     picked: list[Mapping[str, Any]] = []
-    first_user = False
     for m in messages:
         role = m.get("role")
-        if role in ("system", "developer") or (role == "user" and not first_user):
+        if role in ("system", "developer") or role == "user":
             picked.append(m)
-            first_user = first_user or role == "user"
+            if role == "user":
+                break
     memo_key = _memo_key(org, picked)
     found = _memo.get(memo_key) if memo_key is not None else None
     if found is None:

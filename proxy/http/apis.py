@@ -78,6 +78,7 @@ async def managed(request: web.Request, api: str) -> web.StreamResponse:
         adapted: Adapted = READERS[api](body)
     except AdapterError as e:
         raise bad_request(str(e), param=e.param, code="invalid_message_sequence") from None
+    adapted = replace(adapted, headers=apis.api_headers(request.headers))
     chat = ChatRequest(raw, body, adapted.messages, body["model"], adapted.tools,
                        body.get("stream") is True, adapted=adapted)
     enabled = state.settings.manual_compaction

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.upstream.client import Upstream, request_headers
 from proxy.upstream.completion import CompletionFailed, post_whole
@@ -60,6 +60,22 @@ class ApiUsageScanner:
             prompt, cached = usage_of(self.api, line[5:])
             if prompt >= self.prompt_tokens:
                 self.prompt_tokens, self.cached_tokens = prompt, cached
+
+
+API_HEADERS = ("anthropic-beta", "anthropic-version", "openai-beta")
+
+
+def api_headers(incoming: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a client's request that say which version and betas of its API it speaks
+    (repeated on the proxy's own calls for it); repeated headers joined as the HTTP list they
+    are."""
+    out: dict[str, str] = {}
+    for name in API_HEADERS:
+        values = incoming.getall(name, []) if isinstance(incoming, CIMultiDict | CIMultiDictProxy) \
+            else [v for k, v in incoming.items() if k.lower() == name]
+        if values:
+            out[name] = ", ".join(values)
+    return out
 
 
 def headers_for(api: str, incoming: Mapping[str, str], key: str | None) -> CIMultiDict[str]:

@@ -83,7 +83,7 @@ def test_wrong_key_and_wrong_method_on_messages(make_harness: Callable[..., Harn
 
 @pytest.mark.parametrize("items", [
     [{"type": "function_call_output", "call_id": "nope", "output": "x"}],
-    [{"type": "message", "role": "robot", "content": "x"}],
+    [{"type": {"kind": "message"}, "role": "user", "content": "x"}],
     "not-a-list-or-string-but-a-number",
 ])
 def test_bad_responses_get_openais_error_shape(make_harness: Callable[..., Harness],

@@ -9,6 +9,7 @@ replaced by the placeholder) and the summary are new. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,9 @@ class Adapted:
     the same for a summary call: the API's message list, and its system prompt (a system
     message the adapter did not read, such as the summary instructions, replaces the
     request's own). ``tools`` is the request's ``tools`` as chat function schemas;
-    ``raw_tools`` as the client sent them."""
+    ``raw_tools`` as the client sent them. ``body`` is the request body itself and ``headers``
+    the request's API headers (betas, versions) that a summary call repeats to speak like the
+    client; the route sets them."""
 
     api: str  # "messages" (Anthropic) or "responses" (OpenAI Responses)
     messages: list[dict[str, Any]]
@@ -31,7 +34,8 @@ class Adapted:
     encode: Encode
     prompt: Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
     raw_tools: Any = None
-    notes: dict[str, str] = field(default_factory=dict)
+    body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class AdapterError(ValueError):
@@ -54,11 +58,24 @@ def content_text(content: Any, marked: Mapping[str, str]) -> str:
     parts = []
     for b in content:
         if isinstance(b, dict):
+            kind = b.get("type")
             if isinstance(b.get("text"), str):
                 parts.append(b["text"])
-            elif b.get("type") in marked:
-                parts.append(f"[{marked[b['type']]}]")
+            elif isinstance(kind, str) and kind in marked:  # a list or object is no type
+                parts.append(f"[{marked[kind]}]")
     return "\n".join(parts)
+
+
+def arguments_text(value: Any, where: str) -> str:
+    """A call's arguments as the JSON text chat ``tool_calls`` carry: a string as it is, any
+    other value encoded; ``AdapterError`` for a value that cannot be encoded (nested past what
+    the encoder takes)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (RecursionError, TypeError, ValueError):
+        raise AdapterError(f"{where}: the value is nested too deeply", where) from None
 
 
 def function_tools(tools: Any, schema_key: str, *, typed: bool) -> list[dict[str, Any]] | None:

@@ -5,7 +5,11 @@
 - An assistant message is one chat message: its text, and its ``tool_use`` blocks as
   ``tool_calls``. ``thinking`` and ``redacted_thinking`` blocks travel inside it untouched.
 - A user message's ``tool_result`` blocks are one ``tool`` message each (what masking may
-  replace); its other blocks (text, images, documents) one user message.
+  replace); its other blocks (text, images, documents, types not known here) one user message.
+- A message of any other role (a ``system`` message among the messages, as a beta of the API
+  allows, or a role the API adds later), or whose content is neither text nor blocks, is opaque:
+  one ``system`` (or ``developer``) message for the stages, which keep it verbatim in place and
+  never mask or summarize it; whether the upstream accepts it is the upstream's call.
 - Going back, a message whose parts all stayed is the client's object itself; a masked result
   keeps its block (``cache_control``, ``is_error``) with only ``content`` replaced; the summary
   is a user message (the API has no system role among messages).
@@ -13,11 +17,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.context.adapters import Adapted, AdapterError, content_text, function_tools
+from proxy.context.adapters import (
+    Adapted,
+    AdapterError,
+    arguments_text,
+    content_text,
+    function_tools,
+)
 
 Part = int | str  # a tool_result's block index, "all" (the whole message) or "rest"
 Origin = tuple[int, Part]
@@ -51,17 +60,20 @@ class _Reader:
         if not isinstance(msgs, list) or not msgs:
             raise AdapterError("messages: expected a non-empty list of messages", "messages")
         for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-                raise AdapterError(f"messages.{i}: expected a message with role 'user' or "
-                                   "'assistant'", f"messages.{i}")
+            if not isinstance(m, dict):
+                raise AdapterError(f"messages.{i}: Input should be a valid dictionary",
+                                   f"messages.{i}")
             content = m.get("content")
-            if not isinstance(content, str | list):
-                raise AdapterError(f"messages.{i}.content: expected a string or a list of "
-                                   "content blocks", f"messages.{i}.content")
-            if m["role"] == "assistant":
+            if m.get("role") not in ("user", "assistant") or not isinstance(content, str | list):
+                self._opaque(i, m)
+            elif m["role"] == "assistant":
                 self._assistant(i, content)
             else:
                 self._user(i, content)
+
+    def _opaque(self, i: int, m: dict[str, Any]) -> None:
+        role = "system" if m.get("role") == "system" else "developer"
+        self.add({"role": role, "content": _text(m.get("content"))}, (i, "all"))
 
     def _assistant(self, i: int, content: str | list[Any]) -> None:
         self._no_pending(i)
@@ -72,8 +84,12 @@ class _Reader:
                 if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                     raise AdapterError(f"messages.{i}.content.{j}: a tool_use block needs a "
                                        "string id and name", f"messages.{i}.content.{j}")
+                if not isinstance(b.get("input", {}), dict):
+                    raise AdapterError(f"messages.{i}.content.{j}.input: Input should be a "
+                                       "valid dictionary", f"messages.{i}.content.{j}.input")
+                where = f"messages.{i}.content.{j}.input"
                 calls.append({"id": b["id"], "type": "function", "function": {
-                    "name": b["name"], "arguments": json.dumps(b.get("input", {}))}})
+                    "name": b["name"], "arguments": arguments_text(b.get("input", {}), where)}})
                 self.pending[b["id"]] = f"messages.{i}"
         message: dict[str, Any] = {"role": "assistant", "content": _text(content) or None}
         if calls:
@@ -92,9 +108,10 @@ class _Reader:
                 continue
             tid = b.get("tool_use_id")
             if not isinstance(tid, str) or tid not in self.pending:
-                raise AdapterError(f"messages.{i}.content.{j}: tool_result for a tool_use id "
-                                   "the previous assistant message did not make",
-                                   f"messages.{i}.content.{j}")
+                raise AdapterError(f"messages.{i}.content.{j}: unexpected `tool_use_id` found "
+                                   f"in `tool_result` blocks: {tid}. Each `tool_result` block "
+                                   "must have a corresponding `tool_use` block in the previous "
+                                   "message.", f"messages.{i}.content.{j}")
             del self.pending[tid]
             self.add({"role": "tool", "tool_call_id": tid, "content": _text(b.get("content"))},
                      (i, j))
@@ -105,8 +122,10 @@ class _Reader:
 
     def _no_pending(self, i: int) -> None:
         if self.pending:
-            raise AdapterError(f"messages.{i}: tool_use ids without a tool_result in the next "
-                               f"user message: {', '.join(sorted(self.pending))}",
+            raise AdapterError(f"messages.{i}: `tool_use` ids were found without "
+                               "`tool_result` blocks immediately after: "
+                               f"{', '.join(sorted(self.pending))}. Each `tool_use` block must "
+                               "have a corresponding `tool_result` block in the next message.",
                                f"messages.{i}")
 
 
@@ -151,7 +170,7 @@ def read(body: dict[str, Any]) -> Adapted:
 
     return Adapted("messages", r.messages, function_tools(body.get("tools"), "input_schema",
                                                            typed=False), encode, prompt,
-                   raw_tools=body.get("tools"))
+                   raw_tools=body.get("tools"), body=body)
 
 
 def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:

@@ -1,26 +1,41 @@
 """The OpenAI Responses API (``POST /v1/responses``) read as chat-style messages, and back.
 
 - ``instructions`` is one system message for the stages and goes back as the client sent it.
-- A ``message`` item is one chat message (text parts joined; images marked).
-- Consecutive ``function_call`` items are one assistant message with their ``tool_calls``; a
-  ``function_call_output`` item is one ``tool`` message (what masking may replace).
-- ``reasoning`` items and any item the adapter does not know travel with the next message (or,
-  at the end, the one before): never edited, dropped only when what they belong to is
-  summarized.
-- Going back, every kept message is the client's own items; a masked output keeps its item with
-  only ``output`` replaced; the summary is a user ``message`` item.
+- A ``message`` item from the user, system or developer is one chat message (text parts joined;
+  images marked).
+- A turn (what one response of the model produced) is one assistant message: its ``reasoning``
+  items, its assistant ``message`` items (their text), its calls (``function_call``,
+  ``custom_tool_call``) as ``tool_calls``, and any other item among them, in whatever order
+  they came; each output (``function_call_output``, ``custom_tool_call_output``) is one ``tool``
+  message (what masking may replace). A turn starts at a ``reasoning`` item, or at an output of
+  the model after an output or a message; a turn that began with a ``reasoning`` item runs
+  until the next ``reasoning`` item or message, so no call is ever parted from its reasoning.
+- Any other item outside a turn (a type this adapter does not know, a message of a role the
+  API may add) is opaque: a ``developer`` message for the stages, kept verbatim in place and
+  never masked or summarized.
+- Going back, kept items come back as the client's own objects in their original order; a
+  masked output keeps its item with only ``output`` replaced; the summary is a user ``message``
+  item.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context.adapters import Adapted, AdapterError, content_text, function_tools
+from proxy.context.adapters import (
+    Adapted,
+    AdapterError,
+    arguments_text,
+    content_text,
+    function_tools,
+)
 
 SYSTEM: tuple[int, ...] = ()
 ROLES = ("user", "assistant", "system", "developer")
+CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # kind -> its arguments
+OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
 MARKED = {"input_image": "image", "input_file": "file"}
@@ -30,119 +45,139 @@ def _text(content: Any) -> str:
     return content_text(content, MARKED)
 
 
+@dataclass
+class _Turn:
+    message: dict[str, Any]
+    reasoned: bool  # began with a reasoning item: runs until the next one
+    answered: bool = False  # an output came after it
+    texts: list[str] = field(default_factory=list)
+
+
 class _Reader:
     def __init__(self, body: dict[str, Any]) -> None:
         self.body = body
         self.messages: list[dict[str, Any]] = []
         self.origins: dict[int, tuple[int, ...]] = {}  # id(message) -> its item indices
-        self.outputs: dict[str, int] = {}  # call_id -> its function_call_output item
+        self.outputs: dict[str, int] = {}  # call_id -> its output item
         self.pending: set[str] = set()
-        self._carry: list[int] = []  # opaque items waiting for the next message
+        self.turn: _Turn | None = None
 
-    def add(self, message: dict[str, Any], items: list[int]) -> None:
+    def add(self, message: dict[str, Any], items: tuple[int, ...]) -> None:
         self.messages.append(message)
-        self.origins[id(message)] = (*self._carry, *items)
-        self._carry = []
+        self.origins[id(message)] = items
 
     def read(self, items: list[Any]) -> None:
         if self.body.get("instructions"):
-            m = {"role": "system", "content": str(self.body["instructions"])}
-            self.messages.append(m)
-            self.origins[id(m)] = SYSTEM
-        calls: list[int] = []
+            self.add({"role": "system", "content": str(self.body["instructions"])}, SYSTEM)
         for k, item in enumerate(items):
             if not isinstance(item, dict):
                 raise AdapterError(f"input[{k}]: expected an object", f"input[{k}]")
             kind = item.get("type", "message" if "role" in item else None)
-            if kind == "function_call":
-                self._call(k, item)
-                calls.append(k)
-                continue
-            if calls:
-                self._calls_message(calls)
-                calls = []
-            if kind == "message":
-                self._message(k, item)
-            elif kind == "function_call_output":
+            if kind is not None and not isinstance(kind, str):
+                raise AdapterError(f"input[{k}].type: expected a string", f"input[{k}].type")
+            if kind in OUTPUTS:
                 self._output(k, item)
+            elif kind in CALLS:
+                self._call(k, item, CALLS[kind])
+            elif kind == "reasoning":
+                self._open(k, reasoned=True)
+            elif kind == "message" and item.get("role") == "assistant":
+                self._turn_for_output(k).texts.append(_text(item.get("content")))
+                self._settle()
+            elif kind == "message" and item.get("role") in ROLES:
+                self._message(k, item)
+            elif self.turn is not None and (self.turn.reasoned or not self.turn.answered):
+                self._join(k)
             else:
-                self._carry.append(k)
-        if calls:
-            self._calls_message(calls)
+                self.turn = None
+                self.add({"role": "developer", "content": _text(item.get("content"))}, (k,))
         if self.pending:
-            raise AdapterError(f"input: no function_call_output for call_id "
+            raise AdapterError(f"input: no output for call_id "
                                f"{', '.join(sorted(self.pending))}", "input")
-        if self._carry and self.messages and id(self.messages[-1]) in self.origins:
-            last = self.messages[-1]
-            self.origins[id(last)] = (*self.origins[id(last)], *self._carry)
-            self._carry = []
+
+    def _open(self, k: int, *, reasoned: bool) -> _Turn:
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        self.turn = _Turn(message, reasoned)
+        self.add(message, (k,))
+        return self.turn
+
+    def _join(self, k: int) -> None:
+        assert self.turn is not None
+        m = self.turn.message
+        self.origins[id(m)] = (*self.origins[id(m)], k)
+
+    def _turn_for_output(self, k: int) -> _Turn:
+        """The turn an output of the model at ``k`` belongs to (a new one when the open turn
+        has had its outputs answered and did not begin with reasoning)."""
+        turn = self.turn
+        if turn is None or (turn.answered and not turn.reasoned):
+            return self._open(k, reasoned=False)
+        self._join(k)
+        return turn
+
+    def _settle(self) -> None:
+        assert self.turn is not None
+        self.turn.message["content"] = "\n".join(t for t in self.turn.texts if t) or None
 
     def _message(self, k: int, item: dict[str, Any]) -> None:
-        if item.get("role") not in ROLES:
-            raise AdapterError(f"input[{k}].role: expected one of {', '.join(ROLES)}",
-                               f"input[{k}].role")
         if self.pending:
             raise AdapterError(f"input[{k}]: a message between a function_call and its output",
                                f"input[{k}]")
-        self.add({"role": item["role"], "content": _text(item.get("content"))}, [k])
+        self.turn = None
+        self.add({"role": item["role"], "content": _text(item.get("content"))}, (k,))
 
-    def _call(self, k: int, item: dict[str, Any]) -> None:
+    def _call(self, k: int, item: dict[str, Any], key: str) -> None:
         if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-            raise AdapterError(f"input[{k}]: a function_call needs a string call_id and name",
-                               f"input[{k}]")
+            raise AdapterError(f"input[{k}]: a {item.get('type')} needs a string call_id and "
+                               "name", f"input[{k}]")
+        turn = self._turn_for_output(k)
+        call = {"id": item["call_id"], "type": "function", "function": {
+            "name": item["name"], "arguments": arguments_text(item.get(key), f"input[{k}]")}}
+        turn.message.setdefault("tool_calls", []).append(call)
         self.pending.add(item["call_id"])
-
-    def _calls_message(self, ks: list[int]) -> None:
-        items = self.body["input"]
-        calls = [{"id": items[k]["call_id"], "type": "function", "function": {
-            "name": items[k]["name"], "arguments": _arguments(items[k].get("arguments"))}}
-            for k in ks]
-        self.add({"role": "assistant", "content": None, "tool_calls": calls}, ks)
 
     def _output(self, k: int, item: dict[str, Any]) -> None:
         cid = item.get("call_id")
         if not isinstance(cid, str) or cid not in self.pending:
-            raise AdapterError(f"input[{k}]: function_call_output for a call_id no earlier "
-                               "function_call made", f"input[{k}]")
+            raise AdapterError(f"input[{k}]: {item.get('type')} for a call_id no earlier call "
+                               "made", f"input[{k}]")
         self.pending.discard(cid)
+        if self.turn is not None:
+            self.turn.answered = True
         self.add({"role": "tool", "tool_call_id": cid, "content": _text(item.get("output"))},
-                 [k])
+                 (k,))
         self.outputs[cid] = k
-
-
-def _arguments(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def read(body: dict[str, Any]) -> Adapted:
     """The request for the stages; ``AdapterError`` when it breaks the API's rules."""
     r = _Reader(body)
     raw = body.get("input")
-    items: list[Any] = [{"type": "message", "role": "user", "content": raw}] \
-        if isinstance(raw, str) else raw if isinstance(raw, list) else []
     if not isinstance(raw, str | list):
         raise AdapterError("input: expected a string or a list of items", "input")
-    if isinstance(raw, str):
-        r.add({"role": "user", "content": raw}, [0])
-        if body.get("instructions"):  # keep the system message first
-            r.messages.insert(0, m := {"role": "system", "content": str(body["instructions"])})
-            r.origins[id(m)] = SYSTEM
-    else:
-        r.read(items)
+    items: list[Any] = [{"type": "message", "role": "user", "content": raw}] \
+        if isinstance(raw, str) else raw
+    r.read(items)
 
     def items_of(out: Sequence[dict[str, Any]]) -> list[Any]:
+        """The items for the stages' list: runs of the client's items in their original
+        order, split where a new message (the summary) stands."""
         got: list[Any] = []
+        run: list[tuple[int, Any]] = []
         for m in out:
             origin = r.origins.get(id(m))
             if origin is not None:
-                got += [items[k] for k in origin]
+                run += [(k, items[k]) for k in origin]
             elif m.get("role") == "tool" and m.get("tool_call_id") in r.outputs:
-                got.append({**items[r.outputs[m["tool_call_id"]]], "output": m.get("content")})
+                k = r.outputs[m["tool_call_id"]]
+                run.append((k, {**items[k], "output": m.get("content")}))
             else:
+                got += [item for _, item in sorted(run, key=lambda p: p[0])]
+                run = []
                 role = m.get("role") if m.get("role") in ROLES else "user"
                 got.append({"type": "message", "role": role,
                             "content": str(m.get("content") or "")})
-        return got
+        return got + [item for _, item in sorted(run, key=lambda p: p[0])]
 
     def encode(out: Sequence[dict[str, Any]]) -> dict[str, Any]:
         sent = items_of(out)
@@ -162,4 +197,4 @@ def read(body: dict[str, Any]) -> Adapted:
 
     return Adapted("responses", r.messages,
                    function_tools(body.get("tools"), "parameters", typed=True), encode, prompt,
-                   raw_tools=body.get("tools"))
+                   raw_tools=body.get("tools"), body=body)

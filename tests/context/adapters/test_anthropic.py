@@ -113,8 +113,9 @@ def test_a_summary_prompt_keeps_system_or_replaces_it() -> None:
       {"role": "user", "content": "no result"}], "messages.1"),
     ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope",
                                     "content": "x"}]}], "messages.0.content.0"),
-    ([{"role": "system", "content": "not here"}], "messages.0"),
-    ([{"role": "user", "content": 7}], "messages.0.content"),
+    (["not a message"], "messages.0"),
+    ([{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
+                                         "input": [1]}]}], "messages.0.content.0.input"),
     ([], "messages"),
 ])
 def test_broken_requests_name_where(messages: list[Any], where: str) -> None:

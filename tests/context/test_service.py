@@ -131,7 +131,7 @@ async def test_no_loops_while_the_preserved_part_alone_is_over_the_trigger(
         new_store: Callable[[str], Store]) -> None:
     summaries = Summaries()
     svc = service(new_store, summaries)
-    msgs = history(turns=20, head=words(6_000, 1))  # the system prompt alone is near the trigger
+    msgs = history(turns=20, head=words(7_300, 1))  # the system prompt alone is near the trigger
     first = await svc.manage(await svc.prepare(ALICE, chat(msgs), "c1"))
     assert first.outcome == "insufficient" and first.divider is not None
     assert len(summaries.calls) == 1
@@ -284,10 +284,11 @@ def test_the_organization_header_value_is_safe_for_any_name() -> None:
 async def test_a_summary_too_long_to_use_is_still_counted_as_a_summary_call(
         new_store: Callable[[str], Store]) -> None:
     # The summary may take 2,400 tokens; the reply fills them, more than the ~1,000 tokens it
-    # would replace: the list would not shrink, so it is not used. The call was paid for.
+    # would replace: the list would not shrink, so it is not used. The call was paid for. (The
+    # system prompt is large enough that the trigger it raises, 95% of the window, is crossed.)
     summaries = Summaries(reply=words(3_000, 5))
     svc = service(new_store, summaries, **{"compaction.summary_ratio": 0.3})
-    msgs = history(turns=10, size=60, head=words(6_600, 1))
+    msgs = history(turns=10, size=60, head=words(7_400, 1))
     job = await svc.prepare(ALICE, chat(msgs), "c1")
     report = await svc.manage(job)
     assert len(summaries.calls) == 1

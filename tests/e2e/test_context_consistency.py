@@ -158,12 +158,13 @@ def test_a_refusal_compaction_cannot_help_with_is_not_sent_twice(
 
 def test_after_insufficient_the_next_summary_waits_for_min_free_ratio(
         make_harness: Maker, tmp_path: Path, sdk: Sdk) -> None:
-    # A system prompt close to the trigger (0.8 × 32k) on its own: every summary is insufficient.
+    # A system prompt close to the trigger (raised by it to 0.95 × 32k) on its own: every summary
+    # is insufficient.
     # min free: 0.05 × 32,768 = 1,638 tokens; a keep window: 3,276.
     h = start(make_harness, tmp_path, NO_MASKING)
     client = sdk(h, h.create_key())
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "Reference manual:" + hellos(24_500)},
+        {"role": "system", "content": "Reference manual:" + hellos(28_100)},
         {"role": "user", "content": "Write the report."}]
     for t in range(8):
         messages += [{"role": "assistant", "content": f"Part {t}:" + hellos(600)},

@@ -94,9 +94,10 @@ def big_conversation() -> list[dict[str, Any]]:
 
 
 def crowded_conversation() -> list[dict[str, Any]]:
-    """A system prompt that alone nearly fills the trigger: compaction cannot get under it."""
+    """A system prompt that alone nearly fills the trigger (raised by it to 95% of the window):
+    compaction cannot get under it."""
     opening = agent.opening_messages(DEMO)
-    filler = " hello" * 25_000
+    filler = " hello" * 28_100
     return [{"role": "system", "content": opening[0]["content"] + filler}, *opening[1:],
             *agent.conversation(replace(DEMO, seed=4, output_tokens=(400, 600)),
                                 8)[len(opening):]]

@@ -10,9 +10,14 @@ the newest call of each pinned tool with its results. Each is kept with its whol
 no call loses a result. A summary from an earlier compaction (recognised by its marker, whatever
 its role) is never kept: it is summarized again with the rest (rolling summary).
 
+The trigger is ``trigger_ratio`` × window, raised when the fixed part (what a compaction keeps
+whatever happens) is so large that a compaction would leave less than a keep window of growth
+under it (``lasting_trigger``): the compacted list then lasts several turns instead of one.
+
 The cut: the keep window is the newest messages that fit in ``keep_ratio`` × window tokens, and
-always at least the newest message with its whole tool group; the cut moves earlier to the start
-of a tool group, so no call is split from its results. The last
+always at least the newest message with its whole tool group and the newest tool group that holds
+calls (with all its results); the cut moves earlier to the start of a tool group, so no call is
+split from its results. The last
 user message and everything after it stay whole when that leaves at least a keep window of room
 under the trigger (estimating the summary at its ``max_tokens``). When it does not (an agent's
 single task with hundreds of tool turns), the last user message is kept verbatim like the first
@@ -46,6 +51,7 @@ from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
 SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
+LASTING_CAP = 0.95  # of the window: the highest a large fixed part raises the trigger
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,27 @@ class CompactionPlan:
 def trigger_tokens(scope: Scope) -> int:
     """Compaction runs when the transcript (after masking) has more tokens than this."""
     return int(scope.policy.compaction.trigger_ratio * scope.compaction_window)
+
+
+def lasting_trigger(scope: Scope, fixed: int, summary_max: int) -> int:
+    """The trigger for a list whose fixed part (tools, system and developer messages, the first
+    user message, protected and pinned messages) has ``fixed`` tokens: ``trigger_ratio`` ×
+    window, raised when a compaction would leave too little room under it to last (the fixed
+    part, a summary and a keep window, plus a keep window of growth), never above 95% of the
+    window. Without the rise a large fixed part (a coding agent's 20k tokens of system and tools
+    in a 32k window) makes every turn cross the trigger again right after its compaction."""
+    w = scope.compaction_window
+    budget = int(scope.policy.compaction.keep_ratio * w)
+    lasting = fixed + summary_max + SUMMARY_FRAME_TOKENS + 2 * budget
+    return max(trigger_tokens(scope), min(lasting, int(LASTING_CAP * w)))
+
+
+def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:
+    """Where the newest tool group that holds calls starts (the list's end when none does)."""
+    for start, _ in reversed(bounds):
+        if called_tools(messages[start]):
+            return start
+    return len(messages)
 
 
 def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
@@ -140,18 +167,23 @@ def plan_compaction(
         scope.counter.message_token_list(messages, scope.model)
     overhead = scope.overhead()
     total = sum(tokens) + overhead
-    trigger = trigger_tokens(scope)
-    if not force and total <= trigger:
+    if not force and total <= trigger_tokens(scope):
         return None
     bounds = group_bounds(messages)
     group_of = [g for g, (s, e) in enumerate(bounds) for _ in range(s, e)]
     kept = _preserved_groups(messages, policy, bounds)
     budget = int(cp.keep_ratio * w)
     summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
+    fixed = overhead + sum(tokens[i] for g in kept for i in range(*bounds[g]))
+    trigger = lasting_trigger(scope, fixed, summary_max)
+    if not force and total <= trigger:
+        return None
     keep_start = _keep_start(tokens, budget)
     # The newest tool group (or message) always stays: it is what the model acts on next, even
-    # when it alone is larger than the keep budget.
-    cut = bounds[group_of[min(keep_start, len(messages) - 1)]][0]
+    # when it alone is larger than the keep budget; so does the newest group that holds calls
+    # (a note from the user after large results must not leave the results behind).
+    cut = min(bounds[group_of[min(keep_start, len(messages) - 1)]][0],
+              _newest_calls(messages, bounds))
 
     def kept_before(end: int) -> int:
         return sum(tokens[i] for g in kept for i in range(*bounds[g]) if i < end)

@@ -244,7 +244,7 @@ async def test_nothing_to_summarize_is_insufficient_without_a_call() -> None:
 
 
 async def test_still_over_trigger_is_insufficient_but_rewritten() -> None:
-    msgs = [system(words(4_000)), *conversation(turns=20)[1:]]
+    msgs = [system(words(4_800)), *conversation(turns=20)[1:]]
     res, _ = await run(msgs, 5_000)
     assert res.status == "insufficient" and res.rewritten
     assert res.tokens_after < res.tokens_before

@@ -75,6 +75,16 @@ class Harness:
     def upstream_key(self) -> str:
         return self._env["CONTEXT_PROXY_UPSTREAM_API_KEY"]
 
+    def settle(self, timeout: float = 30) -> None:
+        """Wait until no request is being handled: an answer reaches its client before the
+        proxy books its usage, so a reader of figures waits for the bookkeeping to end."""
+        async def idle() -> None:
+            while any(s.value for m in self.state.metrics.in_flight.collect()
+                      for s in m.samples):
+                await asyncio.sleep(0.005)
+
+        self.call(asyncio.wait_for(idle(), timeout), timeout + 1)
+
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
         return self.state.store.create_key(org, user)[1]
 

@@ -67,6 +67,7 @@ def cached(usage: dict[str, Any]) -> int:
 
 
 def metric(h: Harness, name: str, **labels: str) -> float:
+    h.settle()  # the last answer's usage is booked after the client has it
     for family in text_string_to_metric_families(h.state.metrics.render().decode()):
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v

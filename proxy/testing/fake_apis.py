@@ -42,6 +42,7 @@ class FakeUpstream(Protocol):
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
+COUNT_TOKENS = "/v1/messages/count_tokens"  # Anthropic's token count (Claude Code calls it)
 OUTPUT_TOKENS = 8
 
 
@@ -322,3 +323,19 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
 
+
+
+async def count_tokens(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: the prompt's ``input_tokens`` by the fake's measure."""
+    rec = await fake._record(request)
+    try:
+        body = rec.json
+    except ValueError:
+        return bad_request(MESSAGES, "The body is not valid JSON.")
+    fault, early = await fake._scripted(request, body)
+    if early is not None:
+        return early
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return bad_request(MESSAGES, "messages: field required")
+    return await answer_json(request, {"input_tokens": fake.measure(as_chat(MESSAGES, body))[0]},
+                             fault)

@@ -37,12 +37,15 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     usage: dict[str, Any] | None = None  # what a chat answer reported, cached tokens included
+    status: int | None = None  # the status of the fake's answer, once it started
+    error: str | None = None  # the body of an answer of status >= 400 (not streamed)
 
     @property
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
 
 
+_RECORDED = web.RequestKey("recorded", Recorded)
 _counter: Any = None
 
 
@@ -165,7 +168,9 @@ class FakeUpstream:
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post(fake_apis.MESSAGES, self._other_api)
         app.router.add_post(fake_apis.RESPONSES, self._other_api)
+        app.router.add_post(fake_apis.COUNT_TOKENS, self._count_tokens)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        app.on_response_prepare.append(self._answered)
         return app
 
     async def start(self, host: str = "127.0.0.1") -> str:
@@ -206,7 +211,17 @@ class FakeUpstream:
                        dict(request.headers), await request.read())
         if self.record:
             self.requests.append(rec)
+        request[_RECORDED] = rec
         return rec
+
+    @staticmethod
+    async def _answered(request: web.Request, response: web.StreamResponse) -> None:
+        rec = request.get(_RECORDED)
+        if isinstance(rec, Recorded):
+            rec.status = response.status
+            body = getattr(response, "body", None)
+            if response.status >= 400 and isinstance(body, bytes):
+                rec.error = body.decode("utf-8", "replace")
 
     def _take_fault(self, body: Any, path: str = "/v1/chat/completions") -> Fault | None:
         for fault in self.faults:
@@ -287,6 +302,9 @@ class FakeUpstream:
 
     async def _other_api(self, request: web.Request) -> web.StreamResponse:
         return await fake_apis.answer(self, request)
+
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        return await fake_apis.count_tokens(self, request)
 
     async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
                       ) -> web.StreamResponse:

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 from conftest import need
 
+from proxy.console import queries
 from proxy.context.stages.mask import PLACEHOLDER_PREFIX
 from proxy.testing import agent_model
 from proxy.testing.fake_apis import MESSAGES, RESPONSES, as_chat
@@ -44,6 +45,7 @@ INSTALL_AGENTS = ("install them with `npm install --prefix .agents "
                   f"{AGENTS_BIN_ENV}=.agents/node_modules/.bin (.ci/run does all of it)")
 MANAGED = (MESSAGES, RESPONSES, "/v1/chat/completions")
 AGENT_TIMEOUT_S = 240
+ORG = "acme"
 
 
 def agent_bin(name: str) -> str:
@@ -142,7 +144,11 @@ class Session:
         return [r for r in self.upstream() if is_summary_request(self.chat_of(r))]
 
     def conversations(self) -> list[str]:
+        """The conversations of the session: named in the proxy's answers, or stored for the
+        organization (requests on a WebSocket share one answer, the upgrade)."""
         ids = {a.headers.get("X-Conversation-Id") for a in self.agent_answers()}
+        ids |= {str(c["public_id"]) for c in queries.conversations(self.harness.state.store,
+                                                                    ORG)}
         return sorted(i for i in ids if i)
 
     def api(self, path: str) -> httpx.Response:
@@ -176,9 +182,13 @@ class Session:
             k = f"{a.method} {a.path} {a.status}"
             statuses[k] = statuses.get(k, 0) + 1
         masked = [a.headers.get("X-Context-Masked", "-") for a in answers if a.path in MANAGED]
+        tokens = [f"{a.headers.get('X-Context-Tokens-Before', '-')}>"
+                  f"{a.headers.get('X-Context-Tokens-After', '-')}"
+                  for a in answers if a.path in MANAGED]
         return (f"proxy answers: {statuses}; compaction outcomes: {self.outcomes()}; masked: "
-                f"{masked}; upstream agent requests: {len(self.agent_requests())}, summary "
-                f"calls: {len(self.summary_requests())}; {time.monotonic() - self.started:.1f}s")
+                f"{masked}; tokens before>after: {tokens}; upstream agent requests: "
+                f"{len(self.agent_requests())}, summary calls: {len(self.summary_requests())}; "
+                f"{time.monotonic() - self.started:.1f}s")
 
     # --- the checks -----------------------------------------------------------------------
 
@@ -191,7 +201,8 @@ class Session:
         if refused:
             failed.append(f"the fake refused {len(refused)} request(s): " + " | ".join(refused[:5]))
         not_ok = [f"{a.method} {a.path} -> {a.status} {(a.error or '')[:300]}"
-                  for a in self.agent_answers() if a.status != 200]
+                  for a in self.agent_answers() if a.status != 200
+                  and not (a.status == 101 and a.method == "GET")]  # a WebSocket upgrade
         if not_ok:
             failed.append(f"the proxy did not answer 200 to {len(not_ok)} agent request(s): "
                           + " | ".join(not_ok[:3]))
@@ -228,7 +239,7 @@ class Session:
         failed: list[str] = []
         if len(read) < self.calls:
             failed.append(f"the agent read {len(read)} of the {self.calls} files: {read}")
-        spills = agent_model.spills_in([final])
+        spills = agent_model.named_spills(final)
         spilled = " ".join(t for t in (self.spill_text(s) for s in spills) if t)
         missing = [agent_model.fact(i) for i in read
                    if agent_model.fact(i) not in final and agent_model.fact(i) not in spilled]
@@ -264,7 +275,7 @@ def start(make_harness: Callable[..., Harness], tmp_path: Path, model: str, wind
     fake = FakeUpstream(models={model: window}, responder=agent_model.AgentModel(str(workspace)),
                         summarizer=agent_model.fact_summarizer, stream_delay_s=0.0)
     h = make_harness(fake=fake, env={"CONTEXT_PROXY_POLICIES": str(policies)})
-    return Session(h, fake, model, window, workspace, home, h.create_key("acme"))
+    return Session(h, fake, model, window, workspace, home, h.create_key(ORG))
 
 
 def last_json_lines(text: str) -> Iterator[dict[str, Any]]:

@@ -55,6 +55,7 @@ WORDS = tuple("amount balance cents customer decimal entry invoice ledger line m
 FACT_LINE = re.compile(r"FACT-(\d{2}): the [a-z ]+ is [A-Z]+-\d{4}")
 FILE_NAME = re.compile(r"notes_(\d{2})\.txt")
 SPILL = re.compile(r"\[tool output cleared: [^\]]*?spill ([0-9a-f]{8,64})\]")
+SPILL_NAMED = re.compile(r"\bspill ([0-9a-f]{8,64})\b")  # as the final answer names them
 AGENT_COMPACTION = ("CONTEXT CHECKPOINT COMPACTION",
                     "create a detailed summary of the conversation",
                     "summary of the conversation so far")
@@ -70,7 +71,7 @@ def file_name(i: int) -> str:
 
 
 def file_tokens(i: int) -> int:
-    """A size between 2,000 and 4,000 tokens (o200k_base, about 12 a line), by file."""
+    """A size between 2,000 and 4,000 tokens (o200k_base, budgeted at 14.5 a line), by file."""
     return 2000 + (i * 739) % 2001
 
 
@@ -78,7 +79,7 @@ def file_text(i: int) -> str:
     """File ``i``: a heading, its fact on the third line, then numbered lines of words."""
     rng = random.Random(i)
     lines = [f"# notes {i:02d} of the billing service", "", fact(i), ""]
-    while len(lines) * 12 < file_tokens(i):
+    while len(lines) * 14.5 < file_tokens(i):
         lines.append(f"{len(lines):>4}: " + " ".join(rng.choices(WORDS, k=10)))
     return "\n".join(lines) + "\n"
 
@@ -129,6 +130,11 @@ def spills_in(texts: Iterator[str] | list[str]) -> list[str]:
         for m in SPILL.finditer(t):
             seen.setdefault(m.group(1))
     return list(seen)
+
+
+def named_spills(answer: str) -> list[str]:
+    """The spill ids a final answer names (``spill <id>``)."""
+    return list(dict.fromkeys(SPILL_NAMED.findall(answer)))
 
 
 def fact_summarizer(body: dict[str, Any]) -> str:

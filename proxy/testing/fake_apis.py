@@ -43,6 +43,7 @@ class FakeUpstream(Protocol):
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 COUNT_TOKENS = "/v1/messages/count_tokens"  # Anthropic's token count (Claude Code calls it)
+RECORDED: web.RequestKey[Any] = web.RequestKey("recorded", object)  # the request's ``Recorded``
 OUTPUT_TOKENS = 8
 
 
@@ -323,6 +324,17 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
 
+
+
+async def note_answer(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer the fake starts: its status (and a whole error's body) on the request's
+    ``Recorded`` (``status``, ``error``)."""
+    rec = request.get(RECORDED)
+    if rec is not None:
+        rec.status = response.status
+        body = getattr(response, "body", None)
+        if response.status >= 400 and isinstance(body, bytes):
+            rec.error = body.decode("utf-8", "replace")
 
 
 async def count_tokens(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:

@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -45,7 +46,6 @@ class Recorded:
         return json.loads(self.body) if self.body else None
 
 
-_RECORDED = web.RequestKey("recorded", Recorded)
 _counter: Any = None
 
 
@@ -168,9 +168,9 @@ class FakeUpstream:
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post(fake_apis.MESSAGES, self._other_api)
         app.router.add_post(fake_apis.RESPONSES, self._other_api)
-        app.router.add_post(fake_apis.COUNT_TOKENS, self._count_tokens)
+        app.router.add_post(fake_apis.COUNT_TOKENS, partial(fake_apis.count_tokens, self))
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
-        app.on_response_prepare.append(self._answered)
+        app.on_response_prepare.append(fake_apis.note_answer)
         return app
 
     async def start(self, host: str = "127.0.0.1") -> str:
@@ -211,17 +211,8 @@ class FakeUpstream:
                        dict(request.headers), await request.read())
         if self.record:
             self.requests.append(rec)
-        request[_RECORDED] = rec
+        request[fake_apis.RECORDED] = rec
         return rec
-
-    @staticmethod
-    async def _answered(request: web.Request, response: web.StreamResponse) -> None:
-        rec = request.get(_RECORDED)
-        if isinstance(rec, Recorded):
-            rec.status = response.status
-            body = getattr(response, "body", None)
-            if response.status >= 400 and isinstance(body, bytes):
-                rec.error = body.decode("utf-8", "replace")
 
     def _take_fault(self, body: Any, path: str = "/v1/chat/completions") -> Fault | None:
         for fault in self.faults:
@@ -302,9 +293,6 @@ class FakeUpstream:
 
     async def _other_api(self, request: web.Request) -> web.StreamResponse:
         return await fake_apis.answer(self, request)
-
-    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
-        return await fake_apis.count_tokens(self, request)
 
     async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
                       ) -> web.StreamResponse:

@@ -34,7 +34,7 @@ from proxy.console import queries
 from proxy.context.stages.mask import PLACEHOLDER_PREFIX
 from proxy.testing import agent_model
 from proxy.testing.fake_apis import MESSAGES, RESPONSES, as_chat
-from proxy.testing.fake_upstream import FakeUpstream, Recorded
+from proxy.testing.fake_upstream import FakeUpstream, Recorded, is_summary_request
 from proxy.testing.harness import Answer, Harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,16 +72,40 @@ def node_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def refusals(fake: FakeUpstream) -> list[str]:
-    """What the fake refused: each answer of status >= 400, with its path and body.
+# Beta-only fields of the Messages API and the beta each needs (the real API refuses the field
+# without its beta header: "Extra inputs are not permitted").
+BETA_FIELDS = {"defer_loading": "advanced-tool-use-2025-11-20",
+               "context_management": "context-management-2025-06-27"}
 
-    The one place that says how a refusal is seen: a fake that names its own refusals
-    (``FakeUpstream.refusals()``) is asked; otherwise every recorded 4xx/5xx answer counts."""
+
+def _beta_problems(rec: Recorded) -> list[str]:
+    """What the real Messages API would refuse in ``rec`` for a missing beta header."""
+    if rec.path != MESSAGES or not rec.body:
+        return []
+    betas = {b.strip() for b in (rec.headers.get("anthropic-beta") or "").split(",")}
+    body = rec.json
+    fields = [f"tools.{i}.defer_loading" for i, t in enumerate(body.get("tools") or [])
+              if isinstance(t, dict) and "defer_loading" in t]
+    fields += ["context_management"] if "context_management" in body else []
+    what = "the proxy's summary call" if is_summary_request(as_chat(MESSAGES, body)) else "POST"
+    return [f"{what} {rec.path} -> (400) {f}: Extra inputs are not permitted (without "
+            f"anthropic-beta: {BETA_FIELDS[f.rsplit('.', 1)[-1]]})" for f in fields
+            if BETA_FIELDS[f.rsplit(".", 1)[-1]] not in betas][:1]
+
+
+def refusals(fake: FakeUpstream) -> list[str]:
+    """What the fake refused, or a real upstream would have: the one place that says it.
+
+    A fake that names its own refusals (``FakeUpstream.refusals()``, a strict fake) is asked.
+    Otherwise every recorded answer of status >= 400 counts, and so does a Messages request with
+    a beta-only field (``defer_loading``, ``context_management``) but not its ``anthropic-beta``,
+    which the real API refuses and today's fake lets through."""
     own = getattr(fake, "refusals", None)
     if callable(own):
         return [str(r) for r in own()]
-    return [f"{r.method} {r.path} -> {r.status}: {(r.error or '')[:600]}"
-            for r in fake.requests if r.status is not None and r.status >= 400]
+    found = [f"{r.method} {r.path} -> {r.status}: {(r.error or '')[:600]}"
+             for r in fake.requests if r.status is not None and r.status >= 400]
+    return found + [p for r in fake.requests for p in _beta_problems(r)]
 
 
 @dataclass
@@ -136,11 +160,9 @@ class Session:
 
     def agent_requests(self) -> list[Recorded]:
         """The agent's own requests as they reached the fake (the proxy's summaries left out)."""
-        from proxy.testing.fake_upstream import is_summary_request
         return [r for r in self.upstream() if not is_summary_request(self.chat_of(r))]
 
     def summary_requests(self) -> list[Recorded]:
-        from proxy.testing.fake_upstream import is_summary_request
         return [r for r in self.upstream() if is_summary_request(self.chat_of(r))]
 
     def conversations(self) -> list[str]:
@@ -199,7 +221,8 @@ class Session:
             failed.append(f"the agent exited {outcome.returncode}: {outcome.output[-3000:]}")
         refused = refusals(self.fake)
         if refused:
-            failed.append(f"the fake refused {len(refused)} request(s): " + " | ".join(refused[:5]))
+            failed.append(f"the upstream refused (or would refuse) {len(refused)} request(s): "
+                          + " | ".join(refused[:3]))
         not_ok = [f"{a.method} {a.path} -> {a.status} {(a.error or '')[:300]}"
                   for a in self.agent_answers() if a.status != 200
                   and not (a.status == 101 and a.method == "GET")]  # a WebSocket upgrade

@@ -42,6 +42,8 @@ class FakeUpstream(Protocol):
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
+COUNT_TOKENS = "/v1/messages/count_tokens"  # Anthropic's token count (Claude Code calls it)
+RECORDED: web.RequestKey[Any] = web.RequestKey("recorded", object)  # the request's ``Recorded``
 OUTPUT_TOKENS = 8
 
 
@@ -322,3 +324,30 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
 
+
+
+async def note_answer(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer the fake starts: its status (and a whole error's body) on the request's
+    ``Recorded`` (``status``, ``error``)."""
+    rec = request.get(RECORDED)
+    if rec is not None:
+        rec.status = response.status
+        body = getattr(response, "body", None)
+        if response.status >= 400 and isinstance(body, bytes):
+            rec.error = body.decode("utf-8", "replace")
+
+
+async def count_tokens(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: the prompt's ``input_tokens`` by the fake's measure."""
+    rec = await fake._record(request)
+    try:
+        body = rec.json
+    except ValueError:
+        return bad_request(MESSAGES, "The body is not valid JSON.")
+    fault, early = await fake._scripted(request, body)
+    if early is not None:
+        return early
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return bad_request(MESSAGES, "messages: field required")
+    return await answer_json(request, {"input_tokens": fake.measure(as_chat(MESSAGES, body))[0]},
+                             fault)

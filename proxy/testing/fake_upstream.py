@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +38,8 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     usage: dict[str, Any] | None = None  # what a chat answer reported, cached tokens included
+    status: int | None = None  # the status of the fake's answer, once it started
+    error: str | None = None  # the body of an answer of status >= 400 (not streamed)
 
     @property
     def json(self) -> Any:
@@ -165,7 +168,9 @@ class FakeUpstream:
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post(fake_apis.MESSAGES, self._other_api)
         app.router.add_post(fake_apis.RESPONSES, self._other_api)
+        app.router.add_post(fake_apis.COUNT_TOKENS, partial(fake_apis.count_tokens, self))
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        app.on_response_prepare.append(fake_apis.note_answer)
         return app
 
     async def start(self, host: str = "127.0.0.1") -> str:
@@ -206,6 +211,7 @@ class FakeUpstream:
                        dict(request.headers), await request.read())
         if self.record:
             self.requests.append(rec)
+        request[fake_apis.RECORDED] = rec
         return rec
 
     def _take_fault(self, body: Any, path: str = "/v1/chat/completions") -> Fault | None:

@@ -10,7 +10,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Coroutine
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +22,19 @@ from proxy.state import STATE, ProxyState
 from proxy.testing.fake_upstream import FakeUpstream
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer of the proxy as its client saw it start: the request's method and path, the
+    status and the headers (``X-Context-*`` included), recorded when the answer was prepared;
+    ``error`` is the body of a whole (not streamed) answer of status >= 400."""
+
+    method: str
+    path: str
+    status: int
+    headers: dict[str, str]
+    error: str | None = None
 
 
 class Harness:
@@ -44,6 +57,7 @@ class Harness:
         self._runner: web.AppRunner | None = None
         self.settings: Settings | None = None
         self.base_url = ""
+        self.answers: list[Answer] = []  # every answer the proxy started, in order
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -55,11 +69,20 @@ class Harness:
                "CONTEXT_PROXY_ANTHROPIC_API_KEY": "sk-ant-upstream-secret-0123456789", **self._env}
         settings = load_settings(env, **self._settings_overrides)
         self.settings = replace(settings, port=0)
-        self._runner = web.AppRunner(create_app(self.settings), access_log=None)
+        app = create_app(self.settings)
+        app.on_response_prepare.append(self._answered)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
         self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+
+    async def _answered(self, request: web.Request, response: web.StreamResponse) -> None:
+        body = getattr(response, "body", None)
+        error = body.decode("utf-8", "replace") if response.status >= 400 and isinstance(
+            body, bytes) else None
+        self.answers.append(Answer(request.method, request.path, response.status,
+                                   dict(response.headers), error))
 
     async def _stop(self) -> None:
         if self._runner is not None:

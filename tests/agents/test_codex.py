@@ -1,0 +1,80 @@
+"""Codex CLI 0.171.0 (``codex exec``, Responses API, streamed) in a 25-read session through the
+proxy: with a custom provider (``model_providers.local``, ``wire_api = "responses"``, plain HTTP)
+and with the built-in OpenAI provider (``openai_base_url`` and ``codex login --with-api-key``),
+which first speaks the Responses API over a WebSocket (``GET /v1/responses`` with an upgrade).
+
+``gpt-5.5``, a current name: Codex then sends its freeform ``apply_patch`` custom tool and asks
+for encrypted reasoning. Codex's own compaction stays off (no ``model_context_window``): the
+proxy keeps the session inside the window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_sessions import Outcome, Session, agent_bin, last_json_lines, node_env, start
+
+from proxy.testing import agent_model
+from proxy.testing.harness import Harness
+
+pytestmark = pytest.mark.agents
+
+MODEL = "gpt-5.5"
+WINDOW = 16_384
+COMMON = f"""model = "{MODEL}"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+"""
+
+
+def codex_env(s: Session) -> dict[str, str]:
+    return node_env(s.home, CODEX_HOME=str(s.home), PROXY_KEY=s.key)
+
+
+def run_codex(s: Session, env: dict[str, str]) -> Outcome:
+    done = s.run([agent_bin("codex"), "exec", "--skip-git-repo-check", "--json",
+                  agent_model.TASK], env, stdin="")
+    messages = [e["item"].get("text", "") for e in last_json_lines(done.stdout)
+                if e.get("type") == "item.completed"
+                and (e.get("item") or {}).get("type") == "agent_message"]
+    errors = [json.dumps(e) for e in last_json_lines(done.stdout)
+              if e.get("type") in ("error", "turn.failed")]
+    return Outcome(done.returncode, messages[-1] if messages else "",
+                   output=f"events: {' '.join(errors)[-1500:]}\nstderr: {done.stderr[-2000:]}")
+
+
+def test_codex_with_a_custom_provider(make_harness: Callable[..., Harness],
+                                      tmp_path: Path) -> None:
+    s = start(make_harness, tmp_path, MODEL, WINDOW)
+    (s.home / "config.toml").write_text(COMMON + f"""model_provider = "local"
+
+[model_providers.local]
+name = "context-proxy"
+base_url = "{s.harness.base_url}"
+env_key = "PROXY_KEY"
+wire_api = "responses"
+""")
+    s.check(run_codex(s, codex_env(s)))
+
+
+def test_codex_with_the_built_in_provider(make_harness: Callable[..., Harness],
+                                          tmp_path: Path) -> None:
+    """The built-in provider tries the WebSocket mode first (SPEC section 11)."""
+    s = start(make_harness, tmp_path, MODEL, WINDOW)
+    (s.home / "config.toml").write_text(COMMON + f'openai_base_url = "{s.harness.base_url}"\n')
+    env = codex_env(s)
+    login = s.run([agent_bin("codex"), "login", "--with-api-key"], env, stdin=s.key + "\n",
+                  timeout=60)
+    assert login.returncode == 0, login.stdout + login.stderr
+    outcome = run_codex(s, env)
+    sockets = [a for a in s.agent_answers() if a.method == "GET" and a.path == "/v1/responses"]
+    upgraded = [a for a in sockets if a.status == 101]
+    said = (sockets[0].error or "")[:300] if sockets else ""
+    problems = [] if upgraded else [
+        f"no WebSocket session: {len(sockets)} GET /v1/responses answered "
+        f"{sorted({a.status for a in sockets})}: {said}"]
+    failed = problems + s.failures(outcome)
+    assert not failed, "\n".join(["", *failed, s.report()])

@@ -50,14 +50,16 @@ def run_claude(s: Session) -> Outcome:
 @pytest.mark.parametrize("model", ["claude-opus-5-5", "claude-sonnet-4-5"])
 def test_claude_code_session(make_harness: Callable[..., Harness], tmp_path: Path,
                              model: str) -> None:
-    s = start(make_harness, tmp_path, model, WINDOW)
+    # Four newest results verbatim: masking clears the older ones, and with the fixed part the
+    # four still cross the compaction trigger, so both stages show.
+    s = start(make_harness, tmp_path, model, WINDOW, keep_recent=4)
     s.check(run_claude(s))
 
 
 def test_claude_code_with_a_20k_fixed_prompt_at_32k(make_harness: Callable[..., Harness],
                                                      tmp_path: Path) -> None:
-    """Acceptance: a fixed part (system + tools) of about 20k tokens at a 32k window makes at
-    most one summary call per two agent requests, and no compaction fails."""
+    """A fixed part (system + tools) of about 20k tokens at a 32k window, under the default
+    policy: at most one summary call per two agent requests, and no compaction fails."""
     s = start(make_harness, tmp_path, "claude-sonnet-4-5", WINDOW, keep_recent=None)
     outcome = run_claude(s)
     fixed = [s.fake.measure({"messages": s.chat_of(r)["messages"][:1],

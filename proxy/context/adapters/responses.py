@@ -5,13 +5,13 @@
   images marked).
 - A turn (what one response of the model produced) is one assistant message: its ``reasoning``
   items, its assistant ``message`` items (their text), its calls (``function_call``,
-  ``custom_tool_call``) as ``tool_calls``, and any other item among them, in whatever order
-  they came; each output (``function_call_output``, ``custom_tool_call_output``) is one ``tool``
+  ``custom_tool_call``) as ``tool_calls``, and the API's other output items among them (web
+  search, file search, shell and MCP calls), in whatever order they came; each output (``function_call_output``, ``custom_tool_call_output``) is one ``tool``
   message (what masking may replace). A turn starts at a ``reasoning`` item, or at an output of
   the model after an output or a message; a turn that began with a ``reasoning`` item runs
   until the next ``reasoning`` item or message, so no call is ever parted from its reasoning.
-- Any other item outside a turn (a type this adapter does not know, a message of a role the
-  API may add) is opaque: a ``developer`` message for the stages, kept verbatim in place and
+- Any other item (a type this adapter does not know, a message of a role the API may add) is
+  opaque, and ends the turn it follows: a ``developer`` message for the stages, kept verbatim in place and
   never masked or summarized.
 - Going back, kept items come back as the client's own objects in their original order; a
   masked output keeps its item with only ``output`` replaced; the summary is a user ``message``
@@ -36,6 +36,11 @@ SYSTEM: tuple[int, ...] = ()
 ROLES = ("user", "assistant", "system", "developer")
 CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # kind -> its arguments
 OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+# The other items a response of the model produces (the API's own tools): part of its turn.
+MODEL_OUTPUTS = frozenset({
+    "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
+    "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
+    "mcp_approval_request"})
 
 
 MARKED = {"input_image": "image", "input_file": "file"}
@@ -86,7 +91,8 @@ class _Reader:
                 self._settle()
             elif kind == "message" and item.get("role") in ROLES:
                 self._message(k, item)
-            elif self.turn is not None and (self.turn.reasoned or not self.turn.answered):
+            elif kind in MODEL_OUTPUTS and self.turn is not None and \
+                    (self.turn.reasoned or not self.turn.answered):
                 self._join(k)
             else:
                 self.turn = None

@@ -6,13 +6,14 @@
 - A turn (what one response of the model produced) is one assistant message: its ``reasoning``
   items, its assistant ``message`` items (their text), its calls (``function_call``,
   ``custom_tool_call``) as ``tool_calls``, and the API's other output items among them (web
-  search, file search, shell and MCP calls), in whatever order they came; each output (``function_call_output``, ``custom_tool_call_output``) is one ``tool``
-  message (what masking may replace). A turn starts at a ``reasoning`` item, or at an output of
-  the model after an output or a message; a turn that began with a ``reasoning`` item runs
-  until the next ``reasoning`` item or message, so no call is ever parted from its reasoning.
+  search, file search, shell and MCP calls), in whatever order they came; each output
+  (``function_call_output``, ``custom_tool_call_output``) is one ``tool`` message (what masking
+  may replace). A turn starts at a ``reasoning`` item, or at an output of the model after an
+  output or a message; a turn that began with a ``reasoning`` item runs until the next
+  ``reasoning`` item or message, so no call is ever parted from its reasoning.
 - Any other item (a type this adapter does not know, a message of a role the API may add) is
-  opaque, and ends the turn it follows: a ``developer`` message for the stages, kept verbatim in place and
-  never masked or summarized.
+  opaque, and ends the turn it follows: a ``developer`` message for the stages, kept verbatim in
+  place and never masked or summarized.
 - Going back, kept items come back as the client's own objects in their original order; a
   masked output keeps its item with only ``output`` replaced; the summary is a user ``message``
   item.

@@ -37,6 +37,7 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     usage: dict[str, Any] | None = None  # what a chat answer reported, cached tokens included
+    refused: str | None = None  # why the fake refused it (400), in the real API's words
 
     @property
     def json(self) -> Any:
@@ -64,35 +65,40 @@ def approx_tokens(messages: list[dict[str, Any]], tools: list[Any] | None = None
 class PromptCache:
     """A provider's prompt cache, emulated the way OpenAI bills it.
 
-    Per API key and model the recent prompts are remembered; a new prompt is served from cache
-    for the longest prefix it shares with one of them: the same ``tools``, then the same leading
-    messages, whole messages at a time. Nothing is cached under ``min_tokens`` (1,024) shared
-    tokens, and what is cached is counted in steps of ``step`` (128) tokens, rounded down.
+    Per API key, model and route (OpenAI's ``prompt_cache_key``: another key lands elsewhere, a
+    miss) the recent prompts are remembered; a new prompt is served from cache for the longest
+    prefix it shares with one of them: the same ``tools``, then the same leading messages, whole
+    messages at a time. A prompt of another ``mode`` (Anthropic: another ``tool_choice`` or
+    thinking setting) shares at most its ``head`` leading messages (the system prompt). Nothing
+    is cached under ``min_tokens`` (1,024) shared tokens, and what is cached is counted in steps
+    of ``step`` (128) tokens, rounded down.
     """
 
     min_tokens: int = 1024
     step: int = 128
     keep: int = 64  # prompts remembered per key and model
     enabled: bool = True
-    _seen: dict[tuple[str, str], list[tuple[Any, list[dict[str, Any]]]]] = \
+    _seen: dict[tuple[str, str, str], list[tuple[Any, Any, list[dict[str, Any]]]]] = \
         field(default_factory=dict)
 
     def cached_tokens(self, key: str, body: dict[str, Any], message_tokens: list[int],
-                      tools_tokens: int) -> int:
+                      tools_tokens: int, *, route: str = "", mode: Any = None, head: int = 0
+                      ) -> int:
         """What a prompt would be served from cache; the prompt is then remembered.
         ``message_tokens`` counts each message; ``tools_tokens`` the tools schemas."""
         if not self.enabled:
             return 0
         model, tools = str(body.get("model")), body.get("tools")
         messages = body.get("messages") or []
-        seen = self._seen.setdefault((key, model), [])
+        seen = self._seen.setdefault((key, model, route), [])
         n = 0
-        for old_tools, old in reversed(seen):  # newest first: usually the previous turn
+        for old_tools, old_mode, old in reversed(seen):  # newest first: usually the previous turn
             if old_tools == tools:
-                n = max(n, _common(messages, old))
+                common = _common(messages, old)
+                n = max(n, common if old_mode == mode else min(common, head))
                 if n == len(old):
                     break
-        seen.append((tools, messages))
+        seen.append((tools, mode, messages))
         del seen[:-self.keep]
         # Tools are rendered first, then the messages.
         shared = tools_tokens + sum(message_tokens[:n]) if n else 0
@@ -147,6 +153,9 @@ class FakeUpstream:
     responder: ChatResponder = default_responder
     summarizer: Callable[[dict[str, Any]], str] = default_summarizer
     enforce_windows: bool = False  # answer 400 context_length_exceeded like OpenAI does
+    # Refuse on /v1/messages and /v1/responses what the real APIs refuse (proxy.testing.
+    # strict_apis), windows of ``models`` included, in their words.
+    strict: bool = True
     usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
     summary_delay_s: float = 0.0  # how long a summary call takes
     stream_delay_s: float = 0.0
@@ -156,6 +165,7 @@ class FakeUpstream:
     cache: PromptCache = field(default_factory=PromptCache)
     record: bool = True
     base_url: str = ""
+    reasoning_of: dict[str, str] = field(default_factory=dict)  # issued item id -> its rs_ id
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -197,6 +207,15 @@ class FakeUpstream:
         bodies = [r.json for r in self.requests if r.path == path]
         return [b for b in bodies
                 if is_summary_request(fake_apis.as_chat(path, b)) == summaries]
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """(path, message) of every recorded request the fake refused as invalid."""
+        return [(r.path, r.refused) for r in self.requests if r.refused is not None]
+
+    @staticmethod
+    def thinking_block(text: str) -> dict[str, Any]:
+        """A Messages thinking block holding ``text``, signed as the fake signs its own."""
+        return fake_apis.thinking_block(text)
 
     def all_chat_requests(self) -> list[dict[str, Any]]:
         return [r.json for r in self.requests if r.path == "/v1/chat/completions"]
@@ -250,11 +269,13 @@ class FakeUpstream:
         return message
 
     def cached(self, request: web.Request, chat: dict[str, Any], measured: tuple[int, list[int],
-               int]) -> int:
-        """What the emulated prompt cache serves of this prompt (per key and model)."""
+               int], *, route: str = "", mode: Any = None, head: int = 0) -> int:
+        """What the emulated prompt cache serves of this prompt (per key, model and ``route``;
+        see ``PromptCache.cached_tokens`` for ``mode`` and ``head``)."""
         prompt, per_message, tools_tokens = measured
         key = request.headers.get("Authorization") or request.headers.get("x-api-key") or ""
-        return min(prompt, self.cache.cached_tokens(key, chat, per_message, tools_tokens))
+        return min(prompt, self.cache.cached_tokens(key, chat, per_message, tools_tokens,
+                                                    route=route, mode=mode, head=head))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
@@ -272,7 +293,8 @@ class FakeUpstream:
                 "type": "invalid_request_error", "param": "messages",
                 "code": "context_length_exceeded"}}, status=400)
         message = await self.respond(request, body, fault)
-        cached = self.cached(request, body, measured)
+        cached = self.cached(request, body, measured,
+                             route=str(body.get("prompt_cache_key") or ""))
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
                                  "total_tokens": prompt_tokens + 8,
                                  "prompt_tokens_details": {"cached_tokens": cached}}

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import MESSAGES
+from proxy.testing.fake_apis import MESSAGES, thinking_block
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -36,7 +36,7 @@ class Script:
 
 
 def thinking(turn: int) -> dict[str, Any]:
-    return {"type": "thinking", "thinking": f"Turn {turn}: what next?", "signature": f"s{turn}=="}
+    return thinking_block(f"Turn {turn}: what next?")  # signed as the fake signs its own
 
 
 def results_message(results: list[dict[str, Any]]) -> dict[str, Any]:

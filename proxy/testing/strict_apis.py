@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,10 @@ RESPONSES_ITEM_TYPES = frozenset({
     "mcp_approval_request", "mcp_approval_response", "compaction", "item_reference",
 })
 RESPONSES_ROLES = ("assistant", "system", "developer", "user")
+# The content part types of a message's content list, by role (any role but the assistant's:
+# "user").
+PARTS = {"assistant": ("output_text", "refusal"),
+         "user": ("input_text", "input_image", "input_file")}
 # A call item type and the type of the item that answers it, with their names in the wording.
 CALLS = {"function_call": ("function_call_output", "function call"),
          "custom_tool_call": ("custom_tool_call_output", "custom tool call")}
@@ -106,14 +110,17 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | N
     """The first thing the real Messages API refuses in ``body`` (sent with betas ``beta``).
 
     Checked: beta-only fields without their beta (``BETA_FIELDS``); more than 4
-    ``cache_control`` markers; roles (``user``/``assistant``, and ``system`` under
-    ``MID_CONVERSATION_SYSTEM``); a first message that is not the user's; tool results that
-    answer no ``tool_use`` of the previous message and ``tool_use`` blocks the next message does
-    not answer (system messages between them are passed over); thinking blocks whose signature
-    the fake did not issue; with thinking on, a tool loop whose assistant turn does not start
-    with a thinking block.
+    ``cache_control`` markers; thinking with a forced tool, a temperature other than 1 or a
+    budget not under ``max_tokens``; empty messages and empty text blocks; roles
+    (``user``/``assistant``, and ``system`` under ``MID_CONVERSATION_SYSTEM``); a first message
+    that is not the user's; tool results that answer no ``tool_use`` of the previous message
+    and ``tool_use`` blocks the next message does not answer (system messages between them are
+    passed over; a final assistant message's calls are not checked); thinking blocks whose
+    signature the fake did not issue; with thinking on, a tool loop whose assistant turn (since
+    the last user message that holds no tool result) does not start with a thinking block.
     """
-    return (_beta_fields(body, beta) or _cache_controls(body)
+    return (_beta_fields(body, beta) or _cache_controls(body) or _thinking_settings(body)
+            or _empty(body.get("messages") or [])
             or _roles_and_tools(body.get("messages") or [], beta)
             or _signatures(body.get("messages") or []) or _thinking_turn(body))
 
@@ -127,6 +134,40 @@ def _beta_fields(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | Non
         for n, tool in enumerate(body.get(where) or [] if where else []):
             if isinstance(tool, dict) and name in tool:
                 return Refusal(f"{where}.{n}.{name}: Extra inputs are not permitted")
+    return None
+
+
+def _thinking_settings(body: Mapping[str, Any]) -> Refusal | None:
+    if not thinking_enabled(body):
+        return None
+    docs = "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/"
+    budget = body["thinking"].get("budget_tokens")
+    if body["thinking"]["type"] == "enabled" and isinstance(budget, int) and not (
+            isinstance(body.get("max_tokens"), int) and body["max_tokens"] > budget):
+        return Refusal("`max_tokens` must be greater than `thinking.budget_tokens`. " + docs
+                       + "extended-thinking#max-tokens-and-context-window-size")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
+        return Refusal("Thinking may not be enabled when tool_choice forces tool use.")
+    if body.get("temperature", 1) != 1:
+        return Refusal("`temperature` may only be set to 1 when thinking is enabled. " + docs
+                       + "extended-thinking#important-considerations-when-using-extended-"
+                       "thinking")
+    return None
+
+
+def _empty(messages: list[Any]) -> Refusal | None:
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if not content and not (i == len(messages) - 1 and m.get("role") == "assistant"):
+            return Refusal(f"messages.{i}: all messages must have non-empty content except for "
+                           "the optional final assistant message")
+        for b in content if isinstance(content, list) else []:
+            text = b.get("text") if isinstance(b, dict) and b.get("type") == "text" else None
+            if text == "":
+                return Refusal("messages: text content blocks must be non-empty")
+            if isinstance(text, str) and not text.strip():
+                return Refusal("messages: text content blocks must contain non-whitespace text")
     return None
 
 
@@ -262,13 +303,23 @@ def _item_kinds(items: list[Any]) -> Refusal | None:
             return Refusal(f"Invalid type for 'input[{n}]': expected an object.", f"input[{n}]")
         kind = item.get("type", "message")
         if kind not in RESPONSES_ITEM_TYPES:
-            return Refusal(f"Invalid value: '{kind}'. Supported values are: "
-                           + ", ".join(f"'{k}'" for k in sorted(RESPONSES_ITEM_TYPES)) + ".",
-                           f"input[{n}].type")
+            return Refusal(_invalid(kind, sorted(RESPONSES_ITEM_TYPES)), f"input[{n}].type")
         if kind == "message" and item.get("role") not in RESPONSES_ROLES:
-            return Refusal(f"Invalid value: '{item.get('role')}'. Supported values are: "
-                           "'assistant', 'system', 'developer', and 'user'.", f"input[{n}].role")
+            return Refusal(_invalid(item.get("role"), RESPONSES_ROLES), f"input[{n}].role")
+        parts = item.get("content") if kind == "message" else None
+        allowed = PARTS["assistant" if item.get("role") == "assistant" else "user"]
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            if isinstance(part, dict) and part.get("type") not in allowed:
+                return Refusal(_invalid(part.get("type"), allowed), f"input[{n}].content[{j}]")
     return None
+
+
+def _invalid(value: Any, supported: Sequence[str]) -> str:
+    """OpenAI's wording for a value out of an enumeration."""
+    quoted = [f"'{v}'" for v in supported]
+    listed = (" and ".join(quoted) if len(quoted) < 3
+              else ", ".join(quoted[:-1]) + ", and " + quoted[-1])
+    return f"Invalid value: '{value}'. Supported values are: {listed}."
 
 
 def _pairs(items: list[Any]) -> Refusal | None:

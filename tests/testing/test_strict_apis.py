@@ -57,7 +57,7 @@ class Fake:
 
     async def messages(self, messages: list[Any], beta: str | None = None, **extra: Any
                        ) -> tuple[int, dict[str, Any]]:
-        return await self.post(MESSAGES, {"model": "claude-x", "max_tokens": 64, "tools": [TOOL],
+        return await self.post(MESSAGES, {"model": "claude-x", "max_tokens": 2048, "tools": [TOOL],
                                           "messages": messages, **extra}, beta)
 
     async def responses(self, items: list[Any], **extra: Any) -> tuple[int, dict[str, Any]]:
@@ -225,6 +225,44 @@ async def test_a_tool_loop_under_thinking_must_keep_its_thinking_block(served: A
     assert status == 200
 
 
+async def test_thinking_settings_the_real_api_refuses(served: Any) -> None:
+    f = await served()
+    hi = [{"role": "user", "content": "hi"}]
+    status, doc = await f.messages(hi, thinking=THINK, max_tokens=1024)
+    assert anthropic_refusal(status, doc).startswith(
+        "`max_tokens` must be greater than `thinking.budget_tokens`.")
+    status, doc = await f.messages(hi, thinking=THINK, tool_choice={"type": "any"})
+    assert anthropic_refusal(status, doc) == \
+        "Thinking may not be enabled when tool_choice forces tool use."
+    status, doc = await f.messages(hi, thinking={"type": "adaptive"}, temperature=0)
+    assert anthropic_refusal(status, doc).startswith(
+        "`temperature` may only be set to 1 when thinking is enabled.")
+    status, _ = await f.messages(hi, temperature=0, tool_choice={"type": "any"})
+    assert status == 200  # without thinking: fine
+    status, _ = await f.messages(hi, thinking={"type": "adaptive"},
+                                 tool_choice={"type": "none"})
+    assert status == 200
+
+
+async def test_empty_messages_and_text_blocks_are_refused(served: Any) -> None:
+    f = await served()
+    status, doc = await f.messages([{"role": "user", "content": "hi"},
+                                    {"role": "assistant", "content": []},
+                                    {"role": "user", "content": "go"}])
+    assert anthropic_refusal(status, doc) == ("messages.1: all messages must have non-empty "
+                                              "content except for the optional final assistant "
+                                              "message")
+    status, doc = await f.messages([{"role": "user", "content": [{"type": "text", "text": ""}]}])
+    assert anthropic_refusal(status, doc) == "messages: text content blocks must be non-empty"
+    status, doc = await f.messages([{"role": "user", "content": [{"type": "text",
+                                                                   "text": " \n"}]}])
+    assert anthropic_refusal(status, doc) == \
+        "messages: text content blocks must contain non-whitespace text"
+    status, _ = await f.messages([{"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": ""}])  # a prefill
+    assert status == 200
+
+
 async def test_a_streamed_thinking_block_reaches_the_sdk_signed(served: Any) -> None:
     f = await served(stream_chunks=3)
     root = str(f.client.make_url("")).rstrip("/")
@@ -341,7 +379,17 @@ async def test_items_the_api_knows_are_accepted_custom_calls_reach_the_responder
     message, param = openai_refusal(status, doc)
     assert message.startswith("Invalid value: 'robot'.") and param == "input[0].type"
     status, doc = await f.responses([{"role": "robot", "content": "x"}])
-    assert openai_refusal(status, doc)[1] == "input[0].role"
+    assert openai_refusal(status, doc) == (
+        "Invalid value: 'robot'. Supported values are: 'assistant', 'system', 'developer', and "
+        "'user'.", "input[0].role")
+    status, doc = await f.responses([{"role": "user", "content": "hi"}, {
+        "role": "assistant", "content": [{"type": "input_text", "text": "earlier"}]}])
+    assert openai_refusal(status, doc) == (
+        "Invalid value: 'input_text'. Supported values are: 'output_text' and 'refusal'.",
+        "input[1].content[0]")
+    status, doc = await f.responses([{"role": "user", "content": [
+        {"type": "output_text", "text": "x"}]}])
+    assert openai_refusal(status, doc)[1] == "input[0].content[0]"
 
 
 async def test_an_issued_item_needs_its_reasoning_item(served: Any) -> None:
@@ -394,7 +442,7 @@ async def test_messages_cache_a_new_tool_choice_reads_only_tools_and_system(
     f = await served()
     history = [{"role": "user", "content": LONG}, {"role": "assistant", "content": "ok"},
                {"role": "user", "content": LONG + " again"}]
-    base = {"model": "claude-x", "max_tokens": 64, "tools": [TOOL], "system": LONG,
+    base = {"model": "claude-x", "max_tokens": 2048, "tools": [TOOL], "system": LONG,
             "messages": history[:1]}
     await f.post(MESSAGES, base)
     grown = dict(base, messages=history)

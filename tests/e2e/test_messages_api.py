@@ -100,6 +100,7 @@ def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Sc
         assert summary["tool_choice"] == {"type": "none"}
         assert summary["messages"][0] == messages[0] and summary["messages"][-1]["role"] == "user"
     assert agent.DEMO_FACT in json.dumps(main[-1])  # the buried fact survives in the summary
+    assert h.fake.refusals() == []  # nothing the real API would refuse, summary calls included
 
 
 def _kept_blocks_unchanged(sent: dict[str, Any], messages: list[Any]) -> None:

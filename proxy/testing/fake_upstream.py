@@ -1,9 +1,11 @@
 """An in-process fake OpenAI-compatible upstream: used by the demo, the tests and the benchmarks.
 
-It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings`` and echoes
-any other path, records every request it received, and can be told to misbehave (status codes,
-delays, broken connections, the body shapes of ``Fault.mode``) so the proxy's fault handling can
-be exercised for real.
+It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings``, the
+Anthropic Messages and OpenAI Responses APIs (``fake_apis``) and echoes any other path, records
+every request it received, and can be told to misbehave (status codes, delays, broken
+connections, the body shapes of ``Fault.mode``) so the proxy's fault handling can be exercised
+for real. With ``strict`` (the default) it refuses on the Messages and Responses APIs what the
+real ones refuse (``strict_apis``); ``refusals()`` lists what it refused.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ real rule is not known exactly, the check errs on the side of accepting.
 The fake signs the thinking blocks it issues (``sign_thinking``) and remembers which reasoning
 item each Responses item it issued followed (``FakeUpstream.reasoning_of``), so that a request
 can be checked against what the fake really answered.
+
+Not checked (the real APIs do): ``redacted_thinking`` data, Responses ``encrypted_content``,
+items looked up by id under ``store: false``, tool schemas, and anything of the chat API.
 """
 
 from __future__ import annotations
@@ -158,7 +161,9 @@ def _thinking_settings(body: Mapping[str, Any]) -> Refusal | None:
 
 def _empty(messages: list[Any]) -> Refusal | None:
     for i, m in enumerate(messages):
-        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(m, dict):
+            return Refusal(f"messages.{i}: Input should be a valid dictionary")
+        content = m.get("content")
         if not content and not (i == len(messages) - 1 and m.get("role") == "assistant"):
             return Refusal(f"messages.{i}: all messages must have non-empty content except for "
                            "the optional final assistant message")

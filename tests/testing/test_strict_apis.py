@@ -258,6 +258,8 @@ async def test_empty_messages_and_text_blocks_are_refused(served: Any) -> None:
                                                                    "text": " \n"}]}])
     assert anthropic_refusal(status, doc) == \
         "messages: text content blocks must contain non-whitespace text"
+    status, doc = await f.messages([{"role": "user", "content": "hi"}, "oops"])
+    assert anthropic_refusal(status, doc) == "messages.1: Input should be a valid dictionary"
     status, _ = await f.messages([{"role": "user", "content": "hi"},
                                   {"role": "assistant", "content": ""}])  # a prefill
     assert status == 200

@@ -26,6 +26,7 @@ from aiohttp import web
 from proxy.testing import strict_apis
 from proxy.testing.fake_events import anthropic_events, responses_events, responses_object
 from proxy.testing.faults import Fault, answer_json
+from proxy.testing.prompt_cache import PromptCache
 from proxy.testing.strict_apis import sign_thinking as sign_thinking
 from proxy.testing.strict_apis import thinking_block as thinking_block
 
@@ -38,7 +39,7 @@ class FakeUpstream(Protocol):
     strict: bool
     stream_chunks: int
     reasoning_of: dict[str, str]
-    cache: Any
+    cache: PromptCache
 
     async def _record(self, request: web.Request) -> Any: ...  # a Recorded
     async def _scripted(self, request: web.Request, body: Any

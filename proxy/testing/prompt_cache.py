@@ -14,9 +14,10 @@ class PromptCache:
     miss) the recent prompts are remembered; a new prompt is served from cache for the longest
     prefix it shares with one of them: the same ``tools``, then the same leading messages, whole
     messages at a time. A prompt of another ``mode`` (Anthropic: another ``tool_choice`` or
-    thinking setting) shares at most its ``head`` leading messages (the system prompt). Nothing
-    is cached under ``min_tokens`` (1,024) shared tokens, and what is cached is counted in steps
-    of ``step`` (128) tokens, rounded down.
+    thinking setting) shares at most its ``head`` leading messages (the system prompt). Tools
+    alone are never served: at least one leading message must be shared. Nothing is cached
+    under ``min_tokens`` (1,024) shared tokens, and what is cached is counted in steps of
+    ``step`` (128) tokens, rounded down (Anthropic bills exact counts: a simplification).
     """
 
     min_tokens: int = 1024

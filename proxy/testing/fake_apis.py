@@ -39,6 +39,7 @@ class FakeUpstream(Protocol):
     strict: bool
     stream_chunks: int
     reasoning_of: dict[str, str]
+    thinking_prefixes: dict[str, set[strict_apis.Prefix]]
     cache: PromptCache
 
     async def _record(self, request: web.Request) -> Any: ...  # a Recorded
@@ -56,7 +57,7 @@ class FakeUpstream(Protocol):
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 OUTPUT_TOKENS = 8
-THINKING = "Reading the conversation before answering."  # unless the responder gives its own
+THINKING = "Reading the {} messages before answering."  # unless the responder gives its own
 
 
 # --- requests as chat-style lists ----------------------------------------------------------
@@ -261,7 +262,8 @@ def strict_check(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
                  ) -> strict_apis.Refusal | None:
     """What the real API would refuse in this (well-formed) request."""
     if request.path == MESSAGES:
-        return strict_apis.check_messages(body, strict_apis.betas(request.headers))
+        return strict_apis.check_messages(body, strict_apis.betas(request.headers),
+                                          fake.thinking_prefixes)
     return strict_apis.check_responses(body, fake.reasoning_of)
 
 
@@ -329,9 +331,13 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     usage = usage_for(path, prompt_tokens, cached, written)
     rec.usage = usage
     if path == MESSAGES:
-        thinking = (str(message.get("reasoning_content") or THINKING)
+        thinking = (str(message.get("reasoning_content")
+                        or THINKING.format(len(body["messages"])))
                     if strict_apis.thinking_enabled(body) else None)
         whole = anthropic_message(body["model"], message, usage, thinking)
+        if thinking is not None and strict_apis.preserves_thinking(body["model"]):
+            fake.thinking_prefixes.setdefault(whole["content"][0]["signature"], set()).add(
+                strict_apis.prefix_of(body, len(body["messages"]), 0))
         events = anthropic_events(whole, fake.stream_chunks)
     else:
         output = responses_output(message, body)

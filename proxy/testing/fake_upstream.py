@@ -28,6 +28,7 @@ from proxy.testing import fake_apis
 from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
 from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
 from proxy.testing.prompt_cache import PromptCache as PromptCache  # re-exported
+from proxy.testing.strict_apis import Prefix
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -115,6 +116,9 @@ class FakeUpstream:
     record: bool = True
     base_url: str = ""
     reasoning_of: dict[str, str] = field(default_factory=dict)  # issued item id -> its rs_ id
+    # An issued thinking block's signature -> the prefixes it was issued after (models with
+    # preserved thinking only: strict_apis.PRESERVED_THINKING).
+    thinking_prefixes: dict[str, set[Prefix]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:

@@ -11,7 +11,8 @@ The fake signs the thinking blocks it issues (``sign_thinking``) and remembers w
 item each Responses item it issued followed (``FakeUpstream.reasoning_of``), so that a request
 can be checked against what the fake really answered.
 
-Not checked (the real APIs do): ``redacted_thinking`` data, Responses ``encrypted_content``,
+Not checked (the real APIs do): ``redacted_thinking`` data, the order of a turn's thinking
+blocks under preserved thinking, Responses ``encrypted_content``,
 items looked up by id under ``store: false``, tool schemas, and anything of the chat API.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,10 @@ from typing import Any
 SECRET = b"fake-secret"
 MID_CONVERSATION_SYSTEM = "mid-conversation-tool-changes-2026-07-01"
 MAX_CACHE_CONTROL = 4
+# Models with preserved thinking that refuse a thinking block whose prefix changed (as on an
+# account created after 2026-08-31); names starting with one of these.
+PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5")
+THINKING_BINDING = "thinking-binding-controls-2026-08-01"
 THINKING_TYPES = ("enabled", "adaptive")
 
 # Fields the Messages API accepts only under a beta: (where, field, beta). ``where`` is
@@ -109,7 +115,8 @@ def _ids(blocks: list[dict[str, Any]], kind: str, field: str) -> list[str]:
     return [str(b.get(field)) for b in blocks if b.get("type") == kind]
 
 
-def check_messages(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | None:
+def check_messages(body: Mapping[str, Any], beta: frozenset[str],
+                   bound: Mapping[str, set[Prefix]] | None = None) -> Refusal | None:
     """The first thing the real Messages API refuses in ``body`` (sent with betas ``beta``).
 
     Checked: beta-only fields without their beta (``BETA_FIELDS``); more than 4
@@ -120,12 +127,16 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | N
     and ``tool_use`` blocks the next message does not answer (system messages between them are
     passed over; a final assistant message's calls are not checked); thinking blocks whose
     signature the fake did not issue; with thinking on, a tool loop whose assistant turn (since
-    the last user message that holds no tool result) does not start with a thinking block.
+    the last user message that holds no tool result) does not start with a thinking block; on
+    a model with preserved thinking (``PRESERVED_THINKING``), a thinking block the fake issued
+    (``bound``: signature -> the prefixes it was issued after) whose prefix (system, tools,
+    everything before it) changed, unless ``drop_block`` is asked for under its beta.
     """
     return (_beta_fields(body, beta) or _cache_controls(body) or _thinking_settings(body)
             or _empty(body.get("messages") or [])
             or _roles_and_tools(body.get("messages") or [], beta)
-            or _signatures(body.get("messages") or []) or _thinking_turn(body))
+            or _signatures(body.get("messages") or []) or _thinking_turn(body)
+            or _prefixes(body, beta, bound or {}))
 
 
 def _beta_fields(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | None:
@@ -247,6 +258,49 @@ def _signatures(messages: list[Any]) -> Refusal | None:
                     str(b.get("signature", "")), sign_thinking(str(b.get("thinking", "")))):
                 return Refusal(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` "
                                "block")
+    return None
+
+
+Prefix = tuple[str, str, str]  # digests of a thinking block's system, tools and messages before
+
+
+def preserves_thinking(model: Any) -> bool:
+    return isinstance(model, str) and model.startswith(PRESERVED_THINKING)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def prefix_of(body: Mapping[str, Any], message: int, block: int) -> Prefix:
+    """The prefix of a thinking block at ``messages[message].content[block]`` (``message`` may
+    be ``len(messages)``: the answer's own block)."""
+    messages = list(body.get("messages") or [])
+    before = [*messages[:message], *([_blocks(messages[message])[:block]] if block else [])]
+    return _digest(body.get("system")), _digest(body.get("tools")), _digest(before)
+
+
+def _prefixes(body: Mapping[str, Any], beta: frozenset[str],
+              bound: Mapping[str, set[Prefix]]) -> Refusal | None:
+    thinking = body.get("thinking")
+    thinking = thinking if isinstance(thinking, dict) else {}
+    dropping = THINKING_BINDING in beta and (thinking.get("block_binding") or {}).get(
+        "prefix_mismatch_behavior") == "drop_block"
+    if dropping or not preserves_thinking(body.get("model")):
+        return None
+    for i, m in enumerate(body.get("messages") or []):
+        for j, b in enumerate(_blocks(m)):
+            made = bound.get(str(b.get("signature"))) if b.get("type") == "thinking" else None
+            if not made or prefix_of(body, i, j) in made:
+                continue
+            why = (" The `system` prompt differs from the one this block was created with."
+                   if _digest(body.get("system")) not in {p[0] for p in made} else "")
+            return Refusal(
+                f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block "
+                "is bound to a different conversation. Remove the block, or set "
+                "`thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\". That "
+                f"setting requires the `{THINKING_BINDING}` value in the `anthropic-beta` "
+                f"header.{why}")
     return None
 
 

@@ -265,6 +265,44 @@ async def test_empty_messages_and_text_blocks_are_refused(served: Any) -> None:
     assert status == 200
 
 
+async def test_preserved_thinking_binds_a_block_to_its_prefix(served: Any) -> None:
+    f = await served()
+    task = {"role": "user", "content": "read a.txt"}
+    kw: dict[str, Any] = {"model": "claude-fable-5-1", "thinking": {"type": "adaptive"},
+                          "system": "Be brief."}
+    _, first = await f.messages([task], **kw)
+    result = {"type": "tool_result", "tool_use_id": first["content"][1]["id"],
+              "content": "hello"}
+    history = [task, {"role": "assistant", "content": first["content"]},
+               {"role": "user", "content": [result]}]
+    status, _ = await f.messages(history, **kw)
+    assert status == 200  # unchanged prefix
+    status, doc = await f.messages(history, **dict(kw, system="Be brief. Today is Monday."))
+    message = anthropic_refusal(status, doc)
+    assert message == (
+        "messages.1.content.0: Invalid `signature` in `thinking` block. The block is bound to a "
+        "different conversation. Remove the block, or set "
+        "`thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\". That setting "
+        "requires the `thinking-binding-controls-2026-08-01` value in the `anthropic-beta` "
+        "header. The `system` prompt differs from the one this block was created with.")
+    edited = [{"role": "user", "content": "read a.txt, please"}, *history[1:]]  # a rewrite
+    status, doc = await f.messages(edited, **kw)
+    assert anthropic_refusal(status, doc).endswith("in the `anthropic-beta` header.")
+    drop = dict(kw, thinking={"type": "adaptive",
+                              "block_binding": {"prefix_mismatch_behavior": "drop_block"}})
+    status, _ = await f.messages(edited, **drop)  # without its beta: still refused
+    assert status == 400
+    status, _ = await f.messages(edited, beta="thinking-binding-controls-2026-08-01", **drop)
+    assert status == 200
+    status, _ = await f.messages(edited, **dict(kw, model="claude-opus-4-5"))
+    assert status == 200  # older models do not bind their blocks
+    status, _ = await f.messages(  # a block the fake did not issue here is not bound
+        [task, {"role": "assistant", "content": [FakeUpstream.thinking_block("x"),
+                                                 {"type": "text", "text": "ok"}]},
+         {"role": "user", "content": "go"}], **dict(kw, system="Other."))
+    assert status == 200
+
+
 async def test_a_streamed_thinking_block_reaches_the_sdk_signed(served: Any) -> None:
     f = await served(stream_chunks=3)
     root = str(f.client.make_url("")).rstrip("/")

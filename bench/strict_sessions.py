@@ -8,7 +8,8 @@ the official SDKs, the way the agents send them:
   ``mid-conversation-tool-changes-2026-07-01``, a tool with ``defer_loading``, thinking on
   (the fake's signed thinking blocks sent back), a ``system`` message inside ``messages``
   after turn 5, a ``cache_control`` marker on the system prompt;
-- ``claude-no-system``: the same without the ``system`` message;
+- ``claude-no-system``: the same without the ``system`` message; ``claude-fable``: that on a
+  model with preserved thinking (a thinking block is refused once its prefix changes);
 - ``codex``: Responses API on a ``gpt-5*`` name, ``store: false``, reasoning items with
   ``encrypted_content`` kept in the input, ``prompt_cache_key``, a custom ``apply_patch`` tool.
 
@@ -16,7 +17,7 @@ For each it prints the client's errors, every distinct refusal of the fake
 (``FakeUpstream.refusals()``) and, per summary call, its prompt and cached tokens. A session
 the proxy handles as the real API wants prints no refusal.
 
-    .venv/bin/python bench/strict_sessions.py              # all three, a minute or two
+    .venv/bin/python bench/strict_sessions.py              # all four, a few minutes
     .venv/bin/python bench/strict_sessions.py codex
 """
 
@@ -40,6 +41,7 @@ from proxy.testing.harness import Harness
 SPEC = agent.AgentSpec(thought_words=(300, 450), facts=agent.DEMO.facts)
 TURNS = 40
 WINDOW = 32_768
+FABLE = "claude-fable-5-1"  # a model with preserved thinking: its blocks bound to their prefix
 BETA = ("claude-code-20250219,advanced-tool-use-2025-11-20,"
         "mid-conversation-tool-changes-2026-07-01")
 
@@ -54,7 +56,8 @@ class Script:
         return self.next
 
 
-def claude(h: Harness, script: Script, mid_system: bool = True) -> list[str]:
+def claude(h: Harness, script: Script, mid_system: bool = True,
+           model: str = "claude-agent") -> list[str]:
     """A Claude Code-like session (``mid_system``: with its system message after turn 5); the
     client's errors."""
     tools: list[dict[str, Any]] = [
@@ -69,7 +72,7 @@ def claude(h: Harness, script: Script, mid_system: bool = True) -> list[str]:
             script.next = assistant
             try:
                 answer = client.messages.create(
-                    model="claude-agent", max_tokens=4096, system=system,  # type: ignore[arg-type]
+                    model=model, max_tokens=4096, system=system,  # type: ignore[arg-type]
                     tools=tools, messages=messages,  # type: ignore[arg-type]
                     thinking={"type": "enabled", "budget_tokens": 2048},
                     extra_headers={"X-Conversation-Id": "claude-1", "anthropic-beta": BETA})
@@ -131,11 +134,12 @@ def report(name: str, fake: FakeUpstream, errors: list[str]) -> None:
 
 def main(argv: list[str]) -> None:
     sessions: dict[str, Callable[[Harness, Script], list[str]]] = {
-        "claude": claude, "claude-no-system": partial(claude, mid_system=False), "codex": codex}
+        "claude": claude, "claude-no-system": partial(claude, mid_system=False),
+        "claude-fable": partial(claude, mid_system=False, model=FABLE), "codex": codex}
     for name in argv or list(sessions):
         play = sessions[name]
         script = Script()
-        fake = FakeUpstream(models={"claude-agent": WINDOW, "gpt-5.5": WINDOW},
+        fake = FakeUpstream(models={"claude-agent": WINDOW, FABLE: WINDOW, "gpt-5.5": WINDOW},
                             responder=script.respond)
         with tempfile.TemporaryDirectory() as tmp, Harness(Path(tmp), fake=fake) as h:
             report(name, fake, play(h, script))

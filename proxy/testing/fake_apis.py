@@ -4,22 +4,31 @@
 Both read a request as a chat-style message list (``as_chat``), so one responder scripts all
 three APIs: it returns a chat-style assistant message (``content``, ``tool_calls``), which is
 answered in the request's own API. Usage is reported the way each provider does (Anthropic's
-``input_tokens`` leaves out ``cache_read_input_tokens``; the Responses API reports
-``input_tokens_details.cached_tokens``), from the same emulated prompt cache as chat.
+``input_tokens`` leaves out ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; the
+Responses API reports ``input_tokens_details.cached_tokens``), from the same emulated prompt
+cache as chat, keyed as each provider keys its own (``cache_rules``).
+
+With ``FakeUpstream.strict`` (the default) a request is first checked as the real API checks it
+(``proxy.testing.strict_apis``) and refused in its words, before the responder sees it. A
+Messages request with thinking on is answered with a signed thinking block first
+(``sign_thinking``); a Responses answer of a reasoning model opens with a reasoning item.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import secrets
-import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from proxy.testing import strict_apis
+from proxy.testing.fake_events import anthropic_events, responses_events, responses_object
 from proxy.testing.faults import Fault, answer_json
+from proxy.testing.prompt_cache import PromptCache
+from proxy.testing.strict_apis import sign_thinking as sign_thinking
+from proxy.testing.strict_apis import thinking_block as thinking_block
 
 
 class FakeUpstream(Protocol):
@@ -27,16 +36,21 @@ class FakeUpstream(Protocol):
 
     models: dict[str, int]
     enforce_windows: bool
+    strict: bool
     stream_chunks: int
+    reasoning_of: dict[str, str]
+    thinking_prefixes: dict[str, set[strict_apis.Prefix]]
+    cache: PromptCache
 
-    async def _record(self, request: web.Request) -> Any: ...
+    async def _record(self, request: web.Request) -> Any: ...  # a Recorded
     async def _scripted(self, request: web.Request, body: Any
                         ) -> tuple[Fault | None, web.StreamResponse | None]: ...
     def measure(self, chat: dict[str, Any]) -> tuple[int, list[int], int]: ...
     async def respond(self, request: web.Request, chat: dict[str, Any],
                       fault: Fault | None) -> dict[str, Any]: ...
     def cached(self, request: web.Request, chat: dict[str, Any],
-               measured: tuple[int, list[int], int]) -> int: ...
+               measured: tuple[int, list[int], int], *, route: str = "", mode: Any = None,
+               head: int = 0) -> int: ...
     async def _stream(self, request: web.Request, events: list[bytes], fault: Fault | None
                       ) -> web.StreamResponse: ...
 
@@ -45,6 +59,7 @@ RESPONSES = "/v1/responses"
 COUNT_TOKENS = "/v1/messages/count_tokens"  # Anthropic's token count (Claude Code calls it)
 RECORDED: web.RequestKey[Any] = web.RequestKey("recorded", object)  # the request's ``Recorded``
 OUTPUT_TOKENS = 8
+THINKING = "Reading the {} messages before answering."  # unless the responder gives its own
 
 
 # --- requests as chat-style lists ----------------------------------------------------------
@@ -60,26 +75,28 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _anthropic_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _anthropic_pairs(body: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The chat-style messages of a Messages request, each with the index of the message it
+    comes from (-1: the top-level ``system``)."""
     system = _text(body.get("system"))
     if system:
-        yield {"role": "system", "content": system}
-    for m in body.get("messages") or []:
+        yield -1, {"role": "system", "content": system}
+    for i, m in enumerate(body.get("messages") or []):
         blocks = m["content"] if isinstance(m.get("content"), list) else None
         if blocks is None:
-            yield {"role": m.get("role"), "content": _text(m.get("content"))}
+            yield i, {"role": m.get("role"), "content": _text(m.get("content"))}
             continue
         for b in blocks:  # tool results first: they answer the previous assistant turn
             if b.get("type") == "tool_result":
-                yield {"role": "tool", "tool_call_id": b.get("tool_use_id"),
-                       "content": _text(b.get("content"))}
+                yield i, {"role": "tool", "tool_call_id": b.get("tool_use_id"),
+                          "content": _text(b.get("content"))}
         calls = [{"id": b["id"], "type": "function", "function": {
             "name": b["name"], "arguments": json.dumps(b.get("input", {}))}}
             for b in blocks if b.get("type") == "tool_use"]
         text = _text([b for b in blocks if b.get("type") == "text"])
         if text or calls:
-            yield {"role": m.get("role"), "content": text, **({"tool_calls": calls} if calls
-                                                               else {})}
+            yield i, {"role": m.get("role"), "content": text,
+                      **({"tool_calls": calls} if calls else {})}
 
 
 def _responses_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -93,11 +110,12 @@ def _responses_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind == "message":
             yield {"role": item.get("role"), "content": _text(item.get("content"))}
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item.get("arguments" if kind == "function_call" else "input")
             yield {"role": "assistant", "content": "", "tool_calls": [{
                 "id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
-        elif kind == "function_call_output":
+                "function": {"name": item.get("name"), "arguments": arguments}}]}
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             yield {"role": "tool", "tool_call_id": item.get("call_id"),
                    "content": _text(item.get("output"))}
         # reasoning and other items: opaque, not part of what the responder reads
@@ -106,7 +124,7 @@ def _responses_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def as_chat(path: str, body: dict[str, Any]) -> dict[str, Any]:
     """The request as a chat completions body: model, messages, tools (function schemas)."""
     if path == MESSAGES:
-        messages = list(_anthropic_messages(body))
+        messages = [m for _, m in _anthropic_pairs(body)]
         tools = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
             "parameters": t.get("input_schema", {})}} for t in body.get("tools") or []]
@@ -115,16 +133,18 @@ def as_chat(path: str, body: dict[str, Any]) -> dict[str, Any]:
         tools = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
             "parameters": t.get("parameters", {})}} for t in body.get("tools") or []
-            if t.get("type") == "function"]
+            if t.get("type") in ("function", "custom")]  # a custom tool: its input is text
     return {"model": body.get("model"), "messages": messages, "tools": tools or None}
 
 
 # --- answers ---------------------------------------------------------------------------------
 
 
-def anthropic_message(model: str, message: dict[str, Any], usage: dict[str, Any]
-                      ) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = []
+def anthropic_message(model: str, message: dict[str, Any], usage: dict[str, Any],
+                      thinking: str | None = None) -> dict[str, Any]:
+    """The Messages API answer; ``thinking``: the text of the signed thinking block it opens
+    with (a request with thinking on)."""
+    blocks: list[dict[str, Any]] = [thinking_block(thinking)] if thinking is not None else []
     if message.get("content"):
         blocks.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
@@ -136,47 +156,73 @@ def anthropic_message(model: str, message: dict[str, Any], usage: dict[str, Any]
             "stop_sequence": None, "usage": usage}
 
 
-def responses_output(message: dict[str, Any]) -> list[dict[str, Any]]:
+def reasons(body: dict[str, Any]) -> bool:
+    """Whether the fake's Responses answer opens with a reasoning item: the request sets
+    ``reasoning``, or its model is a reasoning one (``gpt-5*``, ``o1``, ``o3``...)."""
+    model = str(body.get("model") or "")
+    return body.get("reasoning") is not None or model.startswith("gpt-5") or (
+        len(model) > 1 and model[0] == "o" and model[1].isdigit())
+
+
+def responses_output(message: dict[str, Any], body: dict[str, Any] | None = None
+                     ) -> list[dict[str, Any]]:
+    """The output items answering ``body``: a reasoning item first when it ``reasons`` (with
+    ``encrypted_content`` when ``include`` asks for it), the text, then the calls (a custom
+    tool's as ``custom_tool_call``)."""
+    body = body or {}
     items: list[dict[str, Any]] = []
+    if reasons(body):
+        item: dict[str, Any] = {"type": "reasoning", "id": "rs_" + secrets.token_hex(8),
+                                "summary": []}
+        if "reasoning.encrypted_content" in (body.get("include") or []):
+            item["encrypted_content"] = "enc_" + secrets.token_hex(24)
+        items.append(item)
     if message.get("content"):
         items.append({"type": "message", "id": "msg_" + secrets.token_hex(8),
                       "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": message["content"],
                                    "annotations": []}]})
+    custom = {t.get("name") for t in body.get("tools") or [] if t.get("type") == "custom"}
     for call in message.get("tool_calls") or []:
+        name = call["function"]["name"]
+        if name in custom:
+            items.append({"type": "custom_tool_call", "id": "ctc_" + secrets.token_hex(8),
+                          "call_id": call["id"], "name": name,
+                          "input": call["function"]["arguments"], "status": "completed"})
+            continue
         items.append({"type": "function_call", "id": "fc_" + secrets.token_hex(8),
-                      "call_id": call["id"], "name": call["function"]["name"],
+                      "call_id": call["id"], "name": name,
                       "arguments": call["function"]["arguments"], "status": "completed"})
     return items
 
 
-def responses_object(model: str, output: list[dict[str, Any]], usage: dict[str, Any] | None,
-                     status: str = "completed") -> dict[str, Any]:
-    return {"id": "resp_fake", "object": "response", "created_at": int(time.time()),
-            "status": status, "model": model, "output": output, "usage": usage,
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None,
-            "incomplete_details": None, "instructions": None, "metadata": {}}
-
-
-def usage_for(path: str, prompt_tokens: int, cached: int) -> dict[str, Any]:
+def usage_for(path: str, prompt_tokens: int, cached: int, written: int = 0) -> dict[str, Any]:
+    """Usage as each provider reports it: Anthropic's ``input_tokens`` leaves out the tokens
+    read from (``cached``) and written to (``written``) the cache."""
     if path == MESSAGES:
-        return {"input_tokens": prompt_tokens - cached, "cache_read_input_tokens": cached,
-                "cache_creation_input_tokens": 0, "output_tokens": OUTPUT_TOKENS}
+        return {"input_tokens": prompt_tokens - cached - written,
+                "cache_read_input_tokens": cached, "cache_creation_input_tokens": written,
+                "output_tokens": OUTPUT_TOKENS}
     return {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": OUTPUT_TOKENS, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt_tokens + OUTPUT_TOKENS}
 
 
+def too_long_message(path: str, tokens: int, window: int) -> str:
+    if path == MESSAGES:
+        return f"prompt is too long: {tokens} tokens > {window} maximum"
+    return (f"Your input exceeds the context window of this model ({window} tokens; the input "
+            f"has {tokens}). Please adjust your input and try again.")
+
+
 def too_long(path: str, tokens: int, window: int) -> web.Response:
     """A context-length refusal in the API's own shape."""
+    message = too_long_message(path, tokens, window)
     if path == MESSAGES:
         return web.json_response({"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": f"prompt is too long: {tokens} tokens > {window} maximum"}}, status=400)
+            "type": "invalid_request_error", "message": message}}, status=400)
     return web.json_response({"error": {
-        "message": f"Your input exceeds the context window of this model ({window} tokens; "
-                   f"the input has {tokens}). Please adjust your input and try again.",
-        "type": "invalid_request_error", "param": "input",
+        "message": message, "type": "invalid_request_error", "param": "input",
         "code": "context_length_exceeded"}}, status=400)
 
 
@@ -186,91 +232,6 @@ def bad_request(path: str, message: str) -> web.Response:
             "type": "invalid_request_error", "message": message}}, status=400)
     return web.json_response({"error": {"message": message, "type": "invalid_request_error",
                                         "param": None, "code": None}}, status=400)
-
-
-# --- streamed events -------------------------------------------------------------------------
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _pieces(text: str, n: int) -> list[str]:
-    step = max(1, math.ceil(len(text) / max(1, n)))
-    return [text[i:i + step] for i in range(0, len(text), step)]
-
-
-def anthropic_events(whole: dict[str, Any], chunks: int) -> list[bytes]:
-    usage = whole["usage"]
-    start = dict(whole, content=[], stop_reason=None,
-                 usage=dict(usage, output_tokens=1))
-    out = [_sse("message_start", {"type": "message_start", "message": start})]
-    for i, block in enumerate(whole["content"]):
-        if block["type"] == "text":
-            first: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], chunks)]
-        else:
-            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": p}
-                      for p in _pieces(json.dumps(block["input"]), chunks)]
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": i,
-                                                "content_block": first}))
-        out += [_sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                             "delta": d}) for d in deltas]
-        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
-    out.append(_sse("message_delta", {"type": "message_delta", "delta": {
-        "stop_reason": whole["stop_reason"], "stop_sequence": None},
-        "usage": {"output_tokens": usage["output_tokens"]}}))
-    out.append(_sse("message_stop", {"type": "message_stop"}))
-    return out
-
-
-def responses_events(model: str, output: list[dict[str, Any]], usage: dict[str, Any],
-                     chunks: int) -> list[bytes]:
-    seq = iter(range(1_000_000))
-    out = [_sse("response.created", {"type": "response.created", "sequence_number": next(seq),
-                                     "response": responses_object(model, [], None,
-                                                                  "in_progress")})]
-    for i, item in enumerate(output):
-        opening = dict(item, status="in_progress")
-        if item["type"] == "message":
-            opening["content"] = []
-        else:
-            opening["arguments"] = ""
-        out.append(_sse("response.output_item.added", {
-            "type": "response.output_item.added", "sequence_number": next(seq),
-            "output_index": i, "item": opening}))
-        if item["type"] == "message":
-            text = item["content"][0]["text"]
-            part = {"type": "output_text", "text": "", "annotations": []}
-            where = {"item_id": item["id"], "output_index": i, "content_index": 0}
-            out.append(_sse("response.content_part.added", {
-                "type": "response.content_part.added", "sequence_number": next(seq),
-                **where, "part": part}))
-            out += [_sse("response.output_text.delta", {
-                "type": "response.output_text.delta", "sequence_number": next(seq), **where,
-                "delta": p}) for p in _pieces(text, chunks)]
-            out.append(_sse("response.output_text.done", {
-                "type": "response.output_text.done", "sequence_number": next(seq), **where,
-                "text": text}))
-            out.append(_sse("response.content_part.done", {
-                "type": "response.content_part.done", "sequence_number": next(seq), **where,
-                "part": dict(part, text=text)}))
-        else:
-            out += [_sse("response.function_call_arguments.delta", {
-                "type": "response.function_call_arguments.delta", "sequence_number": next(seq),
-                "item_id": item["id"], "output_index": i, "delta": p})
-                for p in _pieces(item["arguments"], chunks)]
-            out.append(_sse("response.function_call_arguments.done", {
-                "type": "response.function_call_arguments.done", "sequence_number": next(seq),
-                "item_id": item["id"], "output_index": i, "arguments": item["arguments"]}))
-        out.append(_sse("response.output_item.done", {
-            "type": "response.output_item.done", "sequence_number": next(seq),
-            "output_index": i, "item": item}))
-    out.append(_sse("response.completed", {
-        "type": "response.completed", "sequence_number": next(seq),
-        "response": responses_object(model, output, usage)}))
-    return out
 
 
 # --- the handler -----------------------------------------------------------------------------
@@ -290,34 +251,100 @@ def _check(path: str, body: Any) -> str | None:
     return None
 
 
+def refusal(path: str, problem: strict_apis.Refusal) -> web.Response:
+    """A strict check's refusal in the API's own shape."""
+    if path == MESSAGES:
+        return bad_request(path, problem.message)
+    return web.json_response({"error": {"message": problem.message,
+                                        "type": "invalid_request_error",
+                                        "param": problem.param, "code": None}}, status=400)
+
+
+def strict_check(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
+                 ) -> strict_apis.Refusal | None:
+    """What the real API would refuse in this (well-formed) request."""
+    if request.path == MESSAGES:
+        return strict_apis.check_messages(body, strict_apis.betas(request.headers),
+                                          fake.thinking_prefixes)
+    return strict_apis.check_responses(body, fake.reasoning_of)
+
+
+def cache_rules(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """How the provider keys its cache for this request (``FakeUpstream.cached``'s keywords):
+    OpenAI routes by ``prompt_cache_key``; Anthropic reads cached messages only under the same
+    ``tool_choice`` and thinking setting, else only tools and system."""
+    if path == MESSAGES:
+        return {"mode": json.dumps([body.get("tool_choice"), body.get("thinking")],
+                                   sort_keys=True),
+                "head": 1 if _text(body.get("system")) else 0}
+    return {"route": str(body.get("prompt_cache_key") or "")}
+
+
+def cache_written(fake: FakeUpstream, body: dict[str, Any], measured: tuple[int, list[int], int],
+                  cached: int) -> int:
+    """Anthropic's ``cache_creation_input_tokens``: with ``cache_control`` markers, the tokens
+    up to the last marked block (tools, then system, then messages, whole messages at a time)
+    past what was read from cache; 0 without markers or under the cache's minimum."""
+    mark = strict_apis.last_cache_mark(body)
+    if mark is None or not fake.cache.enabled:
+        return 0
+    prompt, per_message, tools_tokens = measured
+    sources = [src for src, _ in _anthropic_pairs(body)]
+    last = -1 if mark == "system" else -2 if mark == "tools" else int(mark)
+    prefix = tools_tokens + sum(t for t, src in zip(per_message, sources, strict=True)
+                                if src <= last)
+    if prefix < fake.cache.min_tokens:
+        return 0
+    return max(0, min(prefix, prompt) - cached)
+
+
 async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
-    """``POST /v1/messages`` or ``/v1/responses``: recorded, faults applied, then answered."""
+    """``POST /v1/messages`` or ``/v1/responses``: recorded, faults applied, checked (strictly
+    when ``fake.strict``: a refusal is recorded in ``Recorded.refused`` and the responder is not
+    called), then answered."""
     rec = await fake._record(request)
+    path = request.path
     try:
         body = rec.json
     except ValueError:
-        return bad_request(request.path, "The body is not valid JSON.")
+        rec.refused = "The body is not valid JSON."
+        return bad_request(path, rec.refused)
     fault, early = await fake._scripted(request, body)
     if early is not None:
         return early
-    problem = _check(request.path, body)
+    basic = _check(path, body)
+    if basic is not None:
+        rec.refused = basic
+        return bad_request(path, basic)
+    problem = strict_check(fake, request, body) if fake.strict else None
     if problem is not None:
-        return bad_request(request.path, problem)
-    chat = as_chat(request.path, body)
+        rec.refused = problem.message
+        return refusal(path, problem)
+    chat = as_chat(path, body)
     measured = fake.measure(chat)
     prompt_tokens = measured[0]
     window = fake.models.get(body["model"])
-    if fake.enforce_windows and window and prompt_tokens > window:
-        return too_long(request.path, prompt_tokens, window)
+    if (fake.enforce_windows or fake.strict) and window and prompt_tokens > window:
+        rec.refused = too_long_message(path, prompt_tokens, window)
+        return too_long(path, prompt_tokens, window)
     message = await fake.respond(request, chat, fault)
-    cached = fake.cached(request, chat, measured)
-    usage = usage_for(request.path, prompt_tokens, cached)
+    cached = fake.cached(request, chat, measured, **cache_rules(path, body))
+    written = cache_written(fake, body, measured, cached) if path == MESSAGES else 0
+    usage = usage_for(path, prompt_tokens, cached, written)
     rec.usage = usage
-    if request.path == MESSAGES:
-        whole = anthropic_message(body["model"], message, usage)
+    if path == MESSAGES:
+        thinking = (str(message.get("reasoning_content")
+                        or THINKING.format(len(body["messages"])))
+                    if strict_apis.thinking_enabled(body) else None)
+        whole = anthropic_message(body["model"], message, usage, thinking)
+        if thinking is not None and strict_apis.preserves_thinking(body["model"]):
+            fake.thinking_prefixes.setdefault(whole["content"][0]["signature"], set()).add(
+                strict_apis.prefix_of(body, len(body["messages"]), 0))
         events = anthropic_events(whole, fake.stream_chunks)
     else:
-        output = responses_output(message)
+        output = responses_output(message, body)
+        if output and output[0]["type"] == "reasoning":
+            fake.reasoning_of.update((item["id"], output[0]["id"]) for item in output[1:])
         whole = responses_object(body["model"], output, usage)
         events = responses_events(body["model"], output, usage, fake.stream_chunks)
     if body.get("stream"):

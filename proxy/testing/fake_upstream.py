@@ -1,9 +1,11 @@
 """An in-process fake OpenAI-compatible upstream: used by the demo, the tests and the benchmarks.
 
-It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings`` and echoes
-any other path, records every request it received, and can be told to misbehave (status codes,
-delays, broken connections, the body shapes of ``Fault.mode``) so the proxy's fault handling can
-be exercised for real.
+It answers chat completions (whole or streamed), ``/v1/models``, ``/v1/embeddings``, the
+Anthropic Messages and OpenAI Responses APIs (``fake_apis``) and echoes any other path, records
+every request it received, and can be told to misbehave (status codes, delays, broken
+connections, the body shapes of ``Fault.mode``) so the proxy's fault handling can be exercised
+for real. With ``strict`` (the default) it refuses on the Messages and Responses APIs what the
+real ones refuse (``strict_apis``); ``refusals()`` lists what it refused.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from proxy.context.token_formula import REPLY_PRIMING
 from proxy.testing import fake_apis
 from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
 from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
+from proxy.testing.prompt_cache import PromptCache as PromptCache  # re-exported
+from proxy.testing.strict_apis import Prefix
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -40,6 +44,7 @@ class Recorded:
     usage: dict[str, Any] | None = None  # what a chat answer reported, cached tokens included
     status: int | None = None  # the status of the fake's answer, once it started
     error: str | None = None  # the body of an answer of status >= 400 (not streamed)
+    refused: str | None = None  # why the fake refused it (400), in the real API's words
 
     @property
     def json(self) -> Any:
@@ -61,55 +66,6 @@ def _token_counter() -> Any:
 def approx_tokens(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
     """Prompt tokens as a real upstream would report them (o200k_base via tiktoken)."""
     return int(_token_counter().count_messages(messages, "gpt-4o", tools))
-
-
-@dataclass
-class PromptCache:
-    """A provider's prompt cache, emulated the way OpenAI bills it.
-
-    Per API key and model the recent prompts are remembered; a new prompt is served from cache
-    for the longest prefix it shares with one of them: the same ``tools``, then the same leading
-    messages, whole messages at a time. Nothing is cached under ``min_tokens`` (1,024) shared
-    tokens, and what is cached is counted in steps of ``step`` (128) tokens, rounded down.
-    """
-
-    min_tokens: int = 1024
-    step: int = 128
-    keep: int = 64  # prompts remembered per key and model
-    enabled: bool = True
-    _seen: dict[tuple[str, str], list[tuple[Any, list[dict[str, Any]]]]] = \
-        field(default_factory=dict)
-
-    def cached_tokens(self, key: str, body: dict[str, Any], message_tokens: list[int],
-                      tools_tokens: int) -> int:
-        """What a prompt would be served from cache; the prompt is then remembered.
-        ``message_tokens`` counts each message; ``tools_tokens`` the tools schemas."""
-        if not self.enabled:
-            return 0
-        model, tools = str(body.get("model")), body.get("tools")
-        messages = body.get("messages") or []
-        seen = self._seen.setdefault((key, model), [])
-        n = 0
-        for old_tools, old in reversed(seen):  # newest first: usually the previous turn
-            if old_tools == tools:
-                n = max(n, _common(messages, old))
-                if n == len(old):
-                    break
-        seen.append((tools, messages))
-        del seen[:-self.keep]
-        # Tools are rendered first, then the messages.
-        shared = tools_tokens + sum(message_tokens[:n]) if n else 0
-        return shared // self.step * self.step if shared >= self.min_tokens else 0
-
-
-def _common(messages: list[dict[str, Any]], old: list[dict[str, Any]]) -> int:
-    """How many leading messages two prompts share."""
-    if len(old) <= len(messages) and messages[:len(old)] == old:
-        return len(old)  # one comparison in C: the usual case, a grown conversation
-    n = 0
-    while n < min(len(messages), len(old)) and messages[n] == old[n]:
-        n += 1
-    return n
 
 
 SUMMARY_PROMPT_START = SUMMARY_SYSTEM_PROMPT[:48]
@@ -150,6 +106,9 @@ class FakeUpstream:
     responder: ChatResponder = default_responder
     summarizer: Callable[[dict[str, Any]], str] = default_summarizer
     enforce_windows: bool = False  # answer 400 context_length_exceeded like OpenAI does
+    # Refuse on /v1/messages and /v1/responses what the real APIs refuse (proxy.testing.
+    # strict_apis), windows of ``models`` included, in their words.
+    strict: bool = True
     usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
     summary_delay_s: float = 0.0  # how long a summary call takes
     stream_delay_s: float = 0.0
@@ -159,6 +118,10 @@ class FakeUpstream:
     cache: PromptCache = field(default_factory=PromptCache)
     record: bool = True
     base_url: str = ""
+    reasoning_of: dict[str, str] = field(default_factory=dict)  # issued item id -> its rs_ id
+    # An issued thinking block's signature -> the prefixes it was issued after (models with
+    # preserved thinking only: strict_apis.PRESERVED_THINKING).
+    thinking_prefixes: dict[str, set[Prefix]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -202,6 +165,15 @@ class FakeUpstream:
         bodies = [r.json for r in self.requests if r.path == path]
         return [b for b in bodies
                 if is_summary_request(fake_apis.as_chat(path, b)) == summaries]
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """(path, message) of every recorded request the fake refused as invalid."""
+        return [(r.path, r.refused) for r in self.requests if r.refused is not None]
+
+    @staticmethod
+    def thinking_block(text: str) -> dict[str, Any]:
+        """A Messages thinking block holding ``text``, signed as the fake signs its own."""
+        return fake_apis.thinking_block(text)
 
     def all_chat_requests(self) -> list[dict[str, Any]]:
         return [r.json for r in self.requests if r.path == "/v1/chat/completions"]
@@ -256,11 +228,13 @@ class FakeUpstream:
         return message
 
     def cached(self, request: web.Request, chat: dict[str, Any], measured: tuple[int, list[int],
-               int]) -> int:
-        """What the emulated prompt cache serves of this prompt (per key and model)."""
+               int], *, route: str = "", mode: Any = None, head: int = 0) -> int:
+        """What the emulated prompt cache serves of this prompt (per key, model and ``route``;
+        see ``PromptCache.cached_tokens`` for ``mode`` and ``head``)."""
         prompt, per_message, tools_tokens = measured
         key = request.headers.get("Authorization") or request.headers.get("x-api-key") or ""
-        return min(prompt, self.cache.cached_tokens(key, chat, per_message, tools_tokens))
+        return min(prompt, self.cache.cached_tokens(key, chat, per_message, tools_tokens,
+                                                    route=route, mode=mode, head=head))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         rec = await self._record(request)
@@ -278,7 +252,8 @@ class FakeUpstream:
                 "type": "invalid_request_error", "param": "messages",
                 "code": "context_length_exceeded"}}, status=400)
         message = await self.respond(request, body, fault)
-        cached = self.cached(request, body, measured)
+        cached = self.cached(request, body, measured,
+                             route=str(body.get("prompt_cache_key") or ""))
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
                                  "total_tokens": prompt_tokens + 8,
                                  "prompt_tokens_details": {"cached_tokens": cached}}

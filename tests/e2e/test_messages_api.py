@@ -13,7 +13,7 @@ import pytest
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import MESSAGES
+from proxy.testing.fake_apis import MESSAGES, thinking_block
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -36,7 +36,7 @@ class Script:
 
 
 def thinking(turn: int) -> dict[str, Any]:
-    return {"type": "thinking", "thinking": f"Turn {turn}: what next?", "signature": f"s{turn}=="}
+    return thinking_block(f"Turn {turn}: what next?")  # signed as the fake signs its own
 
 
 def results_message(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -102,6 +102,7 @@ def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Sc
         # of the messages is keyed by it
         assert summary["messages"][0] == messages[0] and summary["messages"][-1]["role"] == "user"
     assert agent.DEMO_FACT in json.dumps(main[-1])  # the buried fact survives in the summary
+    assert h.fake.refusals() == []  # nothing the real API would refuse, summary calls included
 
 
 def _kept_blocks_unchanged(sent: dict[str, Any], messages: list[Any]) -> None:

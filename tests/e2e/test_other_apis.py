@@ -188,3 +188,4 @@ def test_manual_compaction_on_each_api(make_harness: Callable[..., Harness], api
     listed = sent["messages"] if api == "messages" else sent["input"]
     assert len(listed) < len(turns) and listed[-1] == turns[-1]
     assert h.fake.api_requests(f"/v1/{api}", summaries=True)  # the summary in the same API
+    assert h.fake.refusals() == []

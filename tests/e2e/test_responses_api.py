@@ -95,6 +95,7 @@ def test_a_long_function_tool_session_is_masked_and_compacted(
         assert body["input"][0] == items[0]
     last = h.fake.api_requests(RESPONSES, summaries=False)[-1]
     assert agent.DEMO_FACT in json.dumps(last)
+    assert h.fake.refusals() == []  # nothing the real API would refuse, summary calls included
 
 
 def test_previous_response_id_is_relayed_as_it_came(make_harness: Callable[..., Harness]

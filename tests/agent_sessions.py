@@ -165,6 +165,36 @@ class Session:
     def summary_requests(self) -> list[Recorded]:
         return [r for r in self.upstream() if is_summary_request(self.chat_of(r))]
 
+    def summary_call_problems(self) -> list[str]:
+        """How the summary calls that ride the cached prefix differ from the agent's request
+        they compact (the next one upstream): on the Messages API ``tools``, ``tool_choice``,
+        ``system`` and ``anthropic-beta`` byte for byte and at least 70% of the prompt read from
+        the fake's cache; on the Responses API the same ``prompt_cache_key``."""
+        problems: list[str] = []
+        upstream = self.upstream()
+        riding = [r for r in self.summary_requests() if "tools" in (r.json or {})]
+        for rec in riding:
+            later = upstream[upstream.index(rec) + 1:]
+            main = next((r for r in later if not is_summary_request(self.chat_of(r))), None)
+            if main is None:
+                continue
+            mine, theirs = rec.json, main.json
+            fields = ("tools", "tool_choice", "system") if rec.path == "/v1/messages" \
+                else ("tools", "prompt_cache_key")
+            for name in fields:
+                if json.dumps(mine.get(name)) != json.dumps(theirs.get(name)):
+                    problems.append(f"summary call {name} differs from the request's")
+            if rec.path == "/v1/messages":
+                if rec.headers.get("anthropic-beta") != main.headers.get("anthropic-beta"):
+                    problems.append("summary call anthropic-beta differs from the request's")
+                usage = rec.usage or {}
+                read = int(usage.get("cache_read_input_tokens") or 0)
+                total = read + int(usage.get("input_tokens") or 0) + \
+                    int(usage.get("cache_creation_input_tokens") or 0)
+                if total and read < 0.7 * total:
+                    problems.append(f"summary call {read}/{total} tokens from the cache")
+        return problems
+
     def conversations(self) -> list[str]:
         """The conversations of the session: named in the proxy's answers, or stored for the
         organization (requests on a WebSocket share one answer, the upgrade)."""
@@ -245,6 +275,7 @@ class Session:
             failed.append("no masking seen: no X-Context-Masked > 0, no placeholder upstream")
         if not (self.dividers() or self.summary_requests()):
             failed.append("no compaction seen: no divider, no summary call at the fake")
+        failed += self.summary_call_problems()
         return failed
 
     def read_files(self) -> list[int]:

@@ -59,12 +59,16 @@ class Compacted:
 
 async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
                   originals: Sequence[Mapping[str, Any]], scope: Scope, summarize: Summarizer,
-                  summary_scope: Scope, offload: Offload) -> Compacted:
+                  summary_scope: Scope, offload: Offload,
+                  riding: Sequence[Mapping[str, Any]] | None = None) -> Compacted:
     """Summarize what ``cplan`` covers and rewrite the ``masked`` list around the summary.
 
     ``originals`` aligns with ``masked`` index by index and holds the unmasked text the
     summarizer reads. ``summary_scope`` names the summary model and its window (whose tokenizer
-    counts the prompts). Raises ``SummaryFailed`` (or the summarizer's own error) when no
+    counts the prompts). ``riding`` (aligned with ``masked``) is the list the summary call sends
+    on the cached prefix, by default ``masked``: the list as the previous request sent it when
+    this one stepped masking (``proxy.context.stages.plan.sent_before``). Raises
+    ``SummaryFailed`` (or the summarizer's own error) when no
     summary was made; the caller fails open.
     """
     if len(originals) != len(masked):
@@ -73,8 +77,8 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
     answers: list[Answer] = []
     prompt = None
     if summary_scope.model == scope.model:  # the same model: the same cache
-        prompt = await _on_prefix(cplan, masked, originals, scope, summarize, window, offload,
-                                  answers)
+        prompt = await _on_prefix(cplan, masked if riding is None else riding, originals, scope,
+                                  summarize, window, offload, answers)
     if prompt is not None:
         answer = await call(summarize, prompt, cplan.summary_max_tokens, scope.counter,
                             scope.model, scope.tools or None)

@@ -28,7 +28,7 @@ from proxy.context.offload import offload_for
 from proxy.context.records import CompactionRecord, Records
 from proxy.context.report import ContextReport, Outcome
 from proxy.context.stages.messages import prefix_hash
-from proxy.context.stages.plan import Plan, kept_tokens, plan
+from proxy.context.stages.plan import Plan, kept_tokens, plan, sent_before
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.summarizer import Summarizer, upstream_summarizer
@@ -240,9 +240,10 @@ class ContextService:
         started = time.perf_counter()
         try:
             assert p.compaction is not None
+            riding = await job.offload(sent_before, p, job.scope)
             done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
                                  self._summarizer(job, summary_model), summary_scope,
-                                 job.offload)
+                                 job.offload, riding)
         except (SummaryFailed, TimeoutError, ValueError) as e:
             log.warning("compaction failed for a conversation of %s: %s", job.principal.org, e)
             return self._report(job, p, "failed", retried), None

@@ -155,6 +155,18 @@ def _untouched(messages: Sequence[Mapping[str, Any]], scope: Scope,
                 previous=previous, kept=kept_tokens(scope, tokens, previous) if previous else 0)
 
 
+def sent_before(p: Plan, scope: Scope) -> list[dict[str, Any]]:
+    """The list as the conversation's previous request sent its start: the view masked as it
+    was at that request point (masking replays from the list itself), then the newer messages
+    as this request masks them. What a summary call that rides the provider's cache sends:
+    when this request's masking stepped, its own list differs from the cached one from the
+    step's first change on."""
+    if not p.rewrote:
+        return p.mask.messages
+    earlier = mask_tool_outputs(p.view.messages[:p.previous], scope)
+    return [*earlier.messages, *p.mask.messages[p.previous:]]
+
+
 def previous_point(messages: Sequence[Mapping[str, Any]]) -> int:
     """How many messages the previous request sent: those before the last assistant message
     (its answer); 0 when there is none."""

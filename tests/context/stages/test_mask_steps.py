@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.context.stages.mask import MaskResult, is_placeholder, mask_tool_outputs
-from proxy.context.stages.plan import plan
+from proxy.context.stages.plan import plan, sent_before
 from proxy.context.stages.scope import Scope
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
@@ -137,3 +137,22 @@ def test_steps_property(seed: int, low: int, spread: int, keep: int, trigger: fl
     again = mask_tool_outputs(json.loads(json.dumps(last_msgs)),
                               Scope(pol, 10_000, TokenCounter(), MODEL))
     assert dumps(again.messages) == dumps(last.messages)
+
+
+def test_sent_before_is_what_the_previous_request_sent() -> None:
+    # The list a summary call rides: on a turn whose masking stepped, the start as the previous
+    # request point masked it, not as this one does.
+    scope = Scope(policy(), 24_000, COUNTER, MODEL)
+    stepped = 0
+    requests = turns(SPEC, 40)
+    for before, now in itertools.pairwise(requests):
+        p = plan(now, scope)
+        riding = sent_before(p, scope)
+        assert len(riding) == len(p.mask.messages)
+        if p.rewrote:
+            stepped += 1
+            assert riding[:p.previous] == plan(before, scope).mask.messages[:p.previous]
+            assert riding[:p.previous] != p.mask.messages[:p.previous]
+        else:
+            assert riding is p.mask.messages
+    assert stepped >= 2

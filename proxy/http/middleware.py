@@ -104,6 +104,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return shaped(route, ApiError(e.status, message,
                                        code=e.reason.lower().replace(" ", "_")).response(
             headers={k: v for k, v in e.headers.items() if k.lower() == "allow"}))
+    except RecursionError:
+        # Only a value nested deeper than Python's own limit (within what the JSON parser
+        # accepts) recurses this far: the client's input, not a fault of the proxy's.
+        status = 400
+        log.warning("refused a request nested too deeply on %s %s", request.method,
+                    request.path)
+        return shaped(route, ApiError(400, "The request body is nested too deeply.",
+                                       code="invalid_json").response())
     except (ConnectionResetError, ClientConnectionResetError):
         # The client went away (mid-body, or while a slow answer was on its way): nobody
         # to answer, and no fault of the proxy's. Counted as 499 (client closed request).

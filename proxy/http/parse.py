@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 
@@ -33,7 +34,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if length is not None and length > limit:
         raise ApiError(413, f"The request body is {length} bytes; this proxy accepts at most "
                        f"{limit}.", code="request_too_large")
-    return await request.read()  # aiohttp enforces client_max_size when the length is unknown
+    try:
+        return await request.read()  # aiohttp enforces client_max_size when the length is unknown
+    except web.HTTPRequestEntityTooLarge:
+        raise
+    except aiohttp.http_exceptions.ContentEncodingError:
+        raise bad_request("The request body does not decode as its Content-Encoding says.",
+                          code="invalid_encoding") from None
+    except aiohttp.web_protocol.RequestPayloadError as e:  # a decoding fault, as aiohttp wraps it
+        raise bad_request(f"The request body could not be read: {e.__cause__ or e}.",
+                          code="invalid_encoding") from None
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
@@ -48,7 +49,7 @@ class Recorded:
 
     @property
     def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+        return orjson.loads(self.body) if self.body else None  # as deep as the proxy takes
 
 
 _counter: Any = None

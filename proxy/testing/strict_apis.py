@@ -345,7 +345,9 @@ def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
     is not later (both skipped when ``previous_response_id`` or ``conversation`` brings stored
     items); an item carrying the id of one the fake issued after a reasoning item
     (``reasoning_of``: item id -> reasoning id) without that reasoning item before it in the same
-    turn (since the last user message). Items without ids are not checked for reasoning.
+    turn (since the last user message), and a reasoning item the fake issued that is not
+    followed by an assistant item (it ends the input, or a user message, a tool output or
+    another reasoning item comes next). Items without ids are not checked for reasoning.
     """
     items = body.get("input")
     if not isinstance(items, list):
@@ -353,7 +355,7 @@ def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
     return (_item_kinds(items)
             or (None if body.get("previous_response_id") or body.get("conversation")
                 else _pairs(items))
-            or _reasoning(items, reasoning_of))
+            or _reasoning(items, reasoning_of) or _following(items, reasoning_of))
 
 
 def _item_kinds(items: list[Any]) -> Refusal | None:
@@ -412,4 +414,18 @@ def _reasoning(items: list[Any], reasoning_of: Mapping[str, str]) -> Refusal | N
         if needed is not None and needed not in seen:
             return Refusal(f"Item '{item_id}' of type '{kind}' was provided without its "
                            f"required 'reasoning' item: '{needed}'.", "input")
+    return None
+
+
+def _following(items: list[Any], reasoning_of: Mapping[str, str]) -> Refusal | None:
+    issued = set(reasoning_of.values())
+    for n, item in enumerate(items):
+        if item.get("type") != "reasoning" or item.get("id") not in issued:
+            continue
+        after = items[n + 1] if n + 1 < len(items) else None
+        kind = after.get("type", "message") if after is not None else None
+        if after is None or kind in ("reasoning", *OUTPUTS) or (
+                kind == "message" and after.get("role") != "assistant"):
+            return Refusal(f"Item '{item['id']}' of type 'reasoning' was provided without its "
+                           "required following item.", "input")
     return None

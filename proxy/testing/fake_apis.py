@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing import strict_apis
+from proxy.testing import strict_apis, strict_responses
 from proxy.testing.fake_events import anthropic_events, responses_events, responses_object
 from proxy.testing.faults import Fault, answer_json
 from proxy.testing.prompt_cache import PromptCache
@@ -266,7 +266,7 @@ def strict_check(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     if request.path == MESSAGES:
         return strict_apis.check_messages(body, strict_apis.betas(request.headers),
                                           fake.thinking_prefixes)
-    return strict_apis.check_responses(body, fake.reasoning_of)
+    return strict_responses.check_responses(body, fake.reasoning_of)
 
 
 def cache_rules(path: str, body: dict[str, Any]) -> dict[str, Any]:

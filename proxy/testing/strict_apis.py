@@ -1,4 +1,5 @@
-"""What the real Anthropic Messages and OpenAI Responses APIs refuse, as pure checks.
+"""What the real Anthropic Messages API refuses, as pure checks (the Responses API's:
+``strict_responses``).
 
 The fake upstream (``fake_apis.answer``) runs these before its responder when
 ``FakeUpstream.strict`` is on, and answers a refusal as the real API does: status 400,
@@ -12,8 +13,8 @@ item each Responses item it issued followed (``FakeUpstream.reasoning_of``), so 
 can be checked against what the fake really answered.
 
 Not checked (the real APIs do): ``redacted_thinking`` data, the order of a turn's thinking
-blocks under preserved thinking, Responses ``encrypted_content``,
-items looked up by id under ``store: false``, tool schemas, and anything of the chat API.
+blocks under preserved thinking, Responses ``encrypted_content``, items looked up by id under
+``store: false``, tool schemas, and anything of the chat API.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,24 +44,6 @@ BETA_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("", "context_management", "context-management-2025-06-27"),
 )
 
-# Input item types the Responses API knows; any other ``type`` is refused.
-RESPONSES_ITEM_TYPES = frozenset({
-    "message", "function_call", "function_call_output", "custom_tool_call",
-    "custom_tool_call_output", "reasoning", "local_shell_call", "local_shell_call_output",
-    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
-    "web_search_call", "file_search_call", "computer_call", "computer_call_output",
-    "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools",
-    "mcp_approval_request", "mcp_approval_response", "compaction", "item_reference",
-})
-RESPONSES_ROLES = ("assistant", "system", "developer", "user")
-# The content part types of a message's content list, by role (any role but the assistant's:
-# "user").
-PARTS = {"assistant": ("output_text", "refusal"),
-         "user": ("input_text", "input_image", "input_file")}
-# A call item type and the type of the item that answers it, with their names in the wording.
-CALLS = {"function_call": ("function_call_output", "function call"),
-         "custom_tool_call": ("custom_tool_call_output", "custom tool call")}
-OUTPUTS = {out: (call, name) for call, (out, name) in CALLS.items()}
 
 
 @dataclass(frozen=True)
@@ -331,85 +314,3 @@ def _thinking_turn(body: Mapping[str, Any]) -> Refusal | None:
         "blocks). We recommend you include thinking blocks from previous turns. To avoid this "
         "requirement, disable `thinking`. Please consult our documentation at "
         "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
-
-
-# --- OpenAI Responses --------------------------------------------------------------------
-
-
-def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
-                    ) -> Refusal | None:
-    """The first thing the real Responses API refuses in ``body``.
-
-    Checked: item types and message roles it does not know; an output (``function_call_output``,
-    ``custom_tool_call_output``) whose call is not earlier in ``input``, and a call whose output
-    is not later (both skipped when ``previous_response_id`` or ``conversation`` brings stored
-    items); an item carrying the id of one the fake issued after a reasoning item
-    (``reasoning_of``: item id -> reasoning id) without that reasoning item before it in the same
-    turn (since the last user message). Items without ids are not checked for reasoning.
-    """
-    items = body.get("input")
-    if not isinstance(items, list):
-        return None
-    return (_item_kinds(items)
-            or (None if body.get("previous_response_id") or body.get("conversation")
-                else _pairs(items))
-            or _reasoning(items, reasoning_of))
-
-
-def _item_kinds(items: list[Any]) -> Refusal | None:
-    for n, item in enumerate(items):
-        if not isinstance(item, dict):
-            return Refusal(f"Invalid type for 'input[{n}]': expected an object.", f"input[{n}]")
-        kind = item.get("type", "message")
-        if kind not in RESPONSES_ITEM_TYPES:
-            return Refusal(_invalid(kind, sorted(RESPONSES_ITEM_TYPES)), f"input[{n}].type")
-        if kind == "message" and item.get("role") not in RESPONSES_ROLES:
-            return Refusal(_invalid(item.get("role"), RESPONSES_ROLES), f"input[{n}].role")
-        parts = item.get("content") if kind == "message" else None
-        allowed = PARTS["assistant" if item.get("role") == "assistant" else "user"]
-        for j, part in enumerate(parts if isinstance(parts, list) else []):
-            if isinstance(part, dict) and part.get("type") not in allowed:
-                return Refusal(_invalid(part.get("type"), allowed), f"input[{n}].content[{j}]")
-    return None
-
-
-def _invalid(value: Any, supported: Sequence[str]) -> str:
-    """OpenAI's wording for a value out of an enumeration."""
-    quoted = [f"'{v}'" for v in supported]
-    listed = (" and ".join(quoted) if len(quoted) < 3
-              else ", ".join(quoted[:-1]) + ", and " + quoted[-1])
-    return f"Invalid value: '{value}'. Supported values are: {listed}."
-
-
-def _pairs(items: list[Any]) -> Refusal | None:
-    calls: dict[str, str] = {}  # call_id -> call item type, in input order
-    answered: set[str] = set()
-    for item in items:
-        kind, call_id = item.get("type"), str(item.get("call_id"))
-        if kind in CALLS:
-            calls[call_id] = kind
-        elif kind in OUTPUTS:
-            if calls.get(call_id) != OUTPUTS[kind][0]:
-                return Refusal(f"No tool call found for {OUTPUTS[kind][1]} output with call_id "
-                               f"{call_id}.", "input")
-            answered.add(call_id)
-    for call_id, kind in calls.items():
-        if call_id not in answered:
-            return Refusal(f"No tool output found for {CALLS[kind][1]} {call_id}.", "input")
-    return None
-
-
-def _reasoning(items: list[Any], reasoning_of: Mapping[str, str]) -> Refusal | None:
-    seen: set[str] = set()  # reasoning ids since the last user message
-    for item in items:
-        kind = item.get("type", "message")
-        if kind == "message" and item.get("role") == "user":
-            seen = set()
-        item_id = item.get("id")
-        if kind == "reasoning" and isinstance(item_id, str):
-            seen.add(item_id)
-        needed = reasoning_of.get(item_id) if isinstance(item_id, str) else None
-        if needed is not None and needed not in seen:
-            return Refusal(f"Item '{item_id}' of type '{kind}' was provided without its "
-                           f"required 'reasoning' item: '{needed}'.", "input")
-    return None

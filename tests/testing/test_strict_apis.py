@@ -452,6 +452,15 @@ async def test_an_issued_item_needs_its_reasoning_item(served: Any) -> None:
     status, doc = await f.responses([user, reasoning, {"role": "user", "content": "hm"}, call,
                                      output])  # another turn in between
     assert "without its required 'reasoning' item" in openai_refusal(status, doc)[0]
+    status, doc = await f.responses([user, reasoning, output], model="gpt-5-mini")
+    assert openai_refusal(status, doc) == (  # its call dropped: the output's check comes first
+        f"No tool call found for function call output with call_id {call['call_id']}.", "input")
+    status, doc = await f.responses([user, reasoning, {"role": "user", "content": "hm"}])
+    assert openai_refusal(status, doc) == (
+        f"Item '{reasoning['id']}' of type 'reasoning' was provided without its required "
+        "following item.", "input")
+    status, doc = await f.responses([user, reasoning])
+    assert "without its required following item" in openai_refusal(status, doc)[0]
     no_id = {k: v for k, v in call.items() if k != "id"}
     status, _ = await f.responses([user, no_id, output])  # items without ids go unchecked
     assert status == 200

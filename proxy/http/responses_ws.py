@@ -111,8 +111,16 @@ class SocketSink:
     async def whole(self, answer: web.Response) -> None:
         """A whole 200 (an upstream that did not stream): its response as the completed event."""
         await self._open(answer.headers)
-        body = answer.body if isinstance(answer.body, bytes) else b"{}"
-        event = {"type": "response.completed", "response": orjson.loads(body)}
+        body = answer.body if isinstance(answer.body, bytes) else b""
+        try:
+            event = {"type": "response.completed", "response": orjson.loads(body)}
+        except orjson.JSONDecodeError:
+            self.status = 502
+            self.on_end(self.answer)
+            await self.out.send(ev.api_error_event(ApiError(
+                502, "The upstream answer is not a responses answer.",
+                code="upstream_invalid_answer"), ev.kept_headers(answer.headers)))
+            return
         self.answer.see("response.completed", event)
         self.on_end(self.answer)
         await self.out.send(event)
@@ -165,7 +173,8 @@ def upstream_headers(incoming: Mapping[str, str]) -> CIMultiDict[str]:
         if low.startswith(_SOCKET_ONLY):
             continue
         if low == "openai-beta":
-            value = ",".join(v for v in value.split(",") if not v.strip().startswith(_WS_BETA))
+            value = ", ".join(v.strip() for v in value.split(",")
+                              if v.strip() and not v.strip().startswith(_WS_BETA))
             if not value:
                 continue
         out.add(name, value)

@@ -209,6 +209,7 @@ class Session:
         self.tasks: set[asyncio.Task[None]] = set()
         self.busy = False  # a request is accepted and its last event not yet sent
         self.closing = False
+        self.closer: asyncio.Future[bool] | None = None
         self._serial = 0
 
     async def run(self) -> None:
@@ -228,7 +229,15 @@ class Session:
         """The server stops: close the socket now when idle, else after its response."""
         self.closing = True
         if not self.busy:
-            await self.out.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+            await self.go_away()
+
+    async def go_away(self) -> None:
+        """Close with 1001 (once); the handler waits for it (``closer``) before it returns, so
+        the close frame goes out before the connection ends."""
+        if self.closer is None:
+            self.closer = asyncio.ensure_future(self.out.ws.close(
+                code=WSCloseCode.GOING_AWAY, message=b"server shutting down"))
+        await asyncio.shield(self.closer)
 
     async def _on_text(self, text: str, start: float) -> None:
         try:
@@ -275,8 +284,7 @@ class Session:
             self.busy = False
             self._done(start, status, headers)
             if self.closing and status != 499 and not self.busy:
-                await self.out.ws.close(code=WSCloseCode.GOING_AWAY,
-                                        message=b"server shutting down")
+                await self.go_away()
 
     async def _respond(self, body: dict[str, Any], start: float
                        ) -> tuple[int, Mapping[str, str]]:
@@ -359,6 +367,8 @@ async def upgrade(request: web.Request) -> web.StreamResponse:
     sessions.add(session)
     try:
         await session.run()
+        if session.closer is not None:
+            await asyncio.shield(session.closer)
     finally:
         sessions.discard(session)
     return ws

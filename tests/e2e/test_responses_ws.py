@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -258,3 +259,19 @@ def test_an_oversized_message_is_refused(make_harness: Callable[..., Harness], s
         assert kind == aiohttp.WSMsgType.TEXT and json.loads(data)["status"] == 413
     else:
         assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED) and code == 1009
+
+
+def test_an_idle_socket_is_closed_going_away_when_the_server_stops(tmp_path: Path) -> None:
+    h = Harness(tmp_path, fake=FakeUpstream(models={MODEL: WINDOW})).start()
+
+    async def stop_while_open() -> int | None:
+        async with socket(h, h.create_key("acme")) as ws:
+            await ws.send_json({"type": "response.create", **small("hello")})
+            assert (await until_end(ws))[-1]["type"] == "response.completed"
+            stopping = asyncio.create_task(asyncio.to_thread(h.stop))
+            msg = await ws.receive(timeout=10)
+            await stopping
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            return ws.close_code
+
+    assert asyncio.run(stop_while_open()) == 1001

@@ -1,8 +1,8 @@
 """The Responses API's WebSocket mode (``GET /v1/responses`` with an upgrade) through the real
 proxy: a tool session on one socket, sent the way Codex sends it (a ``generate: false`` warmup,
 then ``previous_response_id`` with only the new items), reaches the upstream exactly as the same
-conversation sent over HTTP does, masked alike; errors are error events; the socket refuses a
-bad key before upgrading and a plain GET is still a 405."""
+conversation sent over HTTP does, masked and compacted alike; errors are error events; the
+socket refuses a bad key before upgrading and a plain GET is still a 405."""
 
 from __future__ import annotations
 
@@ -122,20 +122,24 @@ def upstream_bodies(h: Harness) -> list[dict[str, Any]]:
 
 def test_a_tool_session_on_one_socket_reaches_the_upstream_as_over_http(
         make_harness: Callable[..., Harness]) -> None:
-    turns = 14
+    turns = 45
     ws_script, http_script = Script(), Script()
     over_ws, over_http = start(make_harness, ws_script), start(make_harness, http_script)
     full, contexts = asyncio.run(play_socket(over_ws, over_ws.create_key("acme"), ws_script,
                                              turns))
     answers = [a for a, _ in agent.turns(SPEC, turns)]
-    asyncio.run(play_http(over_http, over_http.create_key("acme"), http_script, full, answers))
+    # Another organization: the two harnesses share a store, and a conversation of one
+    # organization is never another's (no compaction reused across them).
+    asyncio.run(play_http(over_http, over_http.create_key("other"), http_script, full, answers))
     sent = upstream_bodies(over_ws)
-    assert len(sent) >= turns  # the warmup went nowhere
     assert sent == upstream_bodies(over_http)
     assert all("previous_response_id" not in b and "type" not in b and "generate" not in b
                for b in sent)
     masked = [int(c["X-Context-Masked"]) for c in contexts]
     assert max(masked) > 0 and contexts[-1]["X-Conversation-Id"].endswith("ws-1")
+    compacted = [c for c in contexts if c["X-Context-Compaction"] == "auto"]
+    assert compacted and all(c["X-Context-Divider-Id"] for c in compacted)
+    assert len(sent) > turns  # the summary calls, alike over both
     assert sent[-1]["client_metadata"] == {"turn": str(turns - 1)}
     text = over_ws.call(_metrics(over_ws))
     assert f'context_proxy_requests_total{{route="responses_ws",status_class="2xx"}} ' \

@@ -353,14 +353,17 @@ SESSIONS = web.AppKey("responses_sockets", Sessions)
 
 
 async def upgrade(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/responses``: a WebSocket upgrade (authenticated first), else the 405 of any
-    method but POST on that path."""
+    """``GET /v1/responses``: a WebSocket upgrade (authenticated first; a 426 when the
+    deployment turned the mode off), else the 405 of any method but POST on that path."""
     state = request.app[STATE]
     ws = web.WebSocketResponse(max_msg_size=2 * state.settings.max_body_bytes,
                                heartbeat=HEARTBEAT_S, compress=True)
     if not ws.can_prepare(request).ok:
         return await not_allowed(request)
     principal = state.auth.authenticate(request)
+    if not state.settings.responses_websocket:  # Codex's sign to use HTTP at once
+        raise ApiError(426, "WebSocket mode is off on this server; use POST /v1/responses.",
+                       code="websocket_mode_disabled")
     await ws.prepare(request)
     session = Session(request, state, principal, ws)
     sessions = request.app[SESSIONS].open

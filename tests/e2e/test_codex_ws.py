@@ -58,9 +58,8 @@ def metric_lines(h: Harness, route: str) -> dict[str, float]:
             for line in text.splitlines() if line.startswith(prefix)}
 
 
-def test_codex_speaks_to_the_proxy_over_its_websocket(
-        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
-    h = make_harness(fake=FakeUpstream(models={MODEL: 128_000}, responder=respond))
+def run_codex(h: Harness, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``codex exec`` of a one-command task, its built-in provider pointed at the proxy."""
     home, work = tmp_path / "home", tmp_path / "work"
     (home / "codex").mkdir(parents=True)
     work.mkdir()
@@ -75,11 +74,28 @@ def test_codex_speaks_to_the_proxy_over_its_websocket(
     items = [e["item"] for e in events if e["type"] == "item.completed"]
     assert any(i["type"] == "command_execution" and i["exit_code"] == 0 for i in items)
     assert items[-1] == {**items[-1], "type": "agent_message", "text": "The command printed hi."}
-    assert "405" not in run.stdout + run.stderr
-    sockets = metric_lines(h, "responses_ws")
-    assert sockets.get("2xx", 0) >= 3 and set(sockets) == {"2xx"}  # a warmup, two turns
-    assert metric_lines(h, "responses") == {}  # no HTTP fallback
     sent = [r.json for r in h.fake.requests if r.path == RESPONSES]
     assert len(sent) == 2 and all("previous_response_id" not in b for b in sent)
     assert sent[1]["input"][:len(sent[0]["input"])] == sent[0]["input"]
     assert sent[1]["input"][-1]["type"] == "function_call_output"
+    return run
+
+
+def test_codex_speaks_to_the_proxy_over_its_websocket(
+        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+    h = make_harness(fake=FakeUpstream(models={MODEL: 128_000}, responder=respond))
+    run = run_codex(h, tmp_path)
+    assert "405" not in run.stdout + run.stderr and "Reconnecting" not in run.stdout
+    sockets = metric_lines(h, "responses_ws")
+    assert sockets.get("2xx", 0) >= 3 and set(sockets) == {"2xx"}  # a warmup, two turns
+    assert metric_lines(h, "responses") == {}  # no HTTP fallback
+
+
+def test_with_the_mode_off_codex_uses_http_at_once(
+        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+    h = make_harness(fake=FakeUpstream(models={MODEL: 128_000}, responder=respond),
+                     responses_websocket=False)
+    run = run_codex(h, tmp_path)
+    assert "Reconnecting" not in run.stdout
+    assert metric_lines(h, "responses_ws") == {"4xx": 1.0}
+    assert metric_lines(h, "responses") == {"2xx": 2.0}

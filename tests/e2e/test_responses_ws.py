@@ -279,3 +279,16 @@ def test_an_idle_socket_is_closed_going_away_when_the_server_stops(tmp_path: Pat
             return ws.close_code
 
     assert asyncio.run(stop_while_open()) == 1001
+
+
+def test_with_the_mode_off_the_upgrade_is_426(make_harness: Callable[..., Harness]) -> None:
+    """426 is the refusal on which Codex switches to HTTP at once (it retries any other)."""
+    h = start(make_harness, Script(), responses_websocket=False)
+
+    async def get() -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as s, s.get(ws_url(h), headers={
+                "Authorization": f"Bearer {h.create_key('acme')}", **UPGRADE}) as resp:
+            return resp.status, await resp.json()
+
+    status, body = asyncio.run(get())
+    assert status == 426 and body["error"]["code"] == "websocket_mode_disabled"

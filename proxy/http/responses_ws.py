@@ -100,7 +100,7 @@ class SocketSink:
             outcome = await self._pump(resp, check, upstream.secret)
         finally:
             upstream.streams.discard(resp)
-        if outcome != "gone" and (outcome == "broken" or self.answer.ended is None):
+        if outcome != "gone" and self.answer.ended is None:  # nothing after a response's end
             resp.close()
             self.status = 502
             self.on_end(self.answer)
@@ -207,10 +207,22 @@ class Session:
         self.chain = ev.Chain()
         self.headers = upstream_headers(request.headers)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.busy = False  # a request is accepted and its last event not yet sent
+        # The request that holds the socket: accepted, its last event not yet sent. Its task
+        # may still run after that (booking usage) while the next request holds the socket.
+        self.owner: int | None = None
         self.closing = False
         self.closer: asyncio.Future[bool] | None = None
         self._serial = 0
+        self._accepted = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.owner is not None
+
+    def release(self, request: int) -> None:
+        """``request``'s last event is about to go out: the socket is free for the next."""
+        if self.owner == request:
+            self.owner = None
 
     async def run(self) -> None:
         try:
@@ -254,8 +266,9 @@ class Session:
             return await self._refuse(bad_request(
                 "A response is already in progress on this connection; send the next "
                 "response.create after it ends.", code="response_in_progress"), start)
-        self.busy = True
-        task = asyncio.create_task(self._create(body, start))
+        self._accepted += 1
+        self.owner = self._accepted
+        task = asyncio.create_task(self._create(body, start, self._accepted))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return None
@@ -264,29 +277,30 @@ class Session:
         await self.out.send(ev.api_error_event(error))
         self._done(start, error.status, {})
 
-    async def _create(self, body: dict[str, Any], start: float) -> None:
+    async def _create(self, body: dict[str, Any], start: float, request: int) -> None:
         current_key.set(self.principal.upstream_key)
         status, headers = 500, {}  # type: tuple[int, Mapping[str, str]]
         try:
-            status, headers = await self._respond(body, start)
+            status, headers = await self._respond(body, start, request)
         except ApiError as e:
-            status, self.busy = e.status, False
+            status = e.status
+            self.release(request)
             await self.out.send(ev.api_error_event(e))
         except asyncio.CancelledError:
             status = 499  # the client closed the socket mid-request
             raise
         except Exception:
             log.exception("unexpected error on a Responses socket")
-            self.busy = False
+            self.release(request)
             await self.out.send(ev.api_error_event(ApiError(
                 500, "The proxy hit an internal error.", code="internal_error")))
         finally:
-            self.busy = False
+            self.release(request)
             self._done(start, status, headers)
             if self.closing and status != 499 and not self.busy:
                 await self.go_away()
 
-    async def _respond(self, body: dict[str, Any], start: float
+    async def _respond(self, body: dict[str, Any], start: float, request: int
                        ) -> tuple[int, Mapping[str, str]]:
         """Answer one ``response.create``; (its status, the headers its answer would have)."""
         fields = {k: v for k, v in body.items() if k not in ("type", "generate")}
@@ -294,9 +308,9 @@ class Session:
         fields["stream"] = True
         self.chain.expand(fields)
         if body.get("generate") is False:
-            return await self._warmup(fields)
+            return await self._warmup(fields, request)
         raw, state = orjson.dumps(fields), self.state
-        sink = SocketSink(self.out, functools.partial(self._ended, fields))
+        sink = SocketSink(self.out, functools.partial(self._ended, fields, request))
         if keeps_history_upstream(API, fields):
             out = await relay_as_is(sink, state, API, self.principal, self.headers, raw)
         else:
@@ -306,25 +320,26 @@ class Session:
                                 leg_for(state, API, self.headers, job), sink)
         if not sink.delivered:  # an error answer, not sent yet
             answer = out.body if isinstance(out, web.Response) else None
-            self.busy = False
+            self.release(request)
             await self.out.send(ev.answer_error_event(
                 out.status, answer if isinstance(answer, bytes) else b"", out.headers))
             return out.status, out.headers
         return sink.status, sink.headers
 
-    def _ended(self, fields: dict[str, Any], done: ev.Answer) -> None:
+    def _ended(self, fields: dict[str, Any], request: int, done: ev.Answer) -> None:
         """A response's last event is about to go out: the socket is free, and a completed
         response is the one a follow-up may name."""
-        self.busy = False
         if done.ended == "response.completed" and done.response_id:
             self.chain.completed(done.response_id, ev.as_items(fields.get("input")),
                                  done.output_items())
+        self.release(request)
 
-    async def _warmup(self, fields: dict[str, Any]) -> tuple[int, Mapping[str, str]]:
+    async def _warmup(self, fields: dict[str, Any], request: int
+                      ) -> tuple[int, Mapping[str, str]]:
         rid, events = ev.warmup_events(fields)
         await self.out.send(events[0])
-        self.busy = False
         self.chain.completed(rid, ev.as_items(fields.get("input")), [])
+        self.release(request)
         await self.out.send(events[1])
         return 200, {"X-Context-Compaction": "none"}
 

@@ -30,7 +30,6 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
-from multidict import CIMultiDict
 
 from proxy.auth import Principal
 from proxy.errors import ApiError, bad_request
@@ -51,8 +50,6 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 ROUTE = "responses_ws"
 API = "responses"
 HEARTBEAT_S = 30.0
-_SOCKET_ONLY = ("sec-websocket-", "upgrade")
-_WS_BETA = "responses_websockets"
 
 
 class Outbox:
@@ -164,39 +161,6 @@ class SocketSink:
         return await self.out.send(data)
 
 
-def upstream_headers(incoming: Mapping[str, str]) -> CIMultiDict[str]:
-    """The upgrade's headers as a POST's: the socket's own dropped (``Sec-WebSocket-*``, the
-    ``responses_websockets`` beta), a JSON body declared."""
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        low = name.lower()
-        if low.startswith(_SOCKET_ONLY):
-            continue
-        if low == "openai-beta":
-            value = ", ".join(v.strip() for v in value.split(",")
-                              if v.strip() and not v.strip().startswith(_WS_BETA))
-            if not value:
-                continue
-        out.add(name, value)
-    out["Content-Type"] = "application/json"
-    return out
-
-
-def parse_message(text: str, limit: int) -> dict[str, Any]:
-    """A client message as a JSON object; ``ApiError`` 413 over ``limit`` bytes, 400 when it is
-    not a JSON object with a string ``type``."""
-    if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
-        raise ApiError(413, "The message is larger than this proxy accepts.",
-                       code="request_too_large")
-    try:
-        body = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise bad_request("The message is not valid JSON.", code="invalid_json") from None
-    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
-        raise bad_request("A message must be a JSON object with a string 'type'.", param="type")
-    return body
-
-
 class Session:
     """One socket: reads messages until it closes, runs one ``response.create`` at a time."""
 
@@ -205,7 +169,7 @@ class Session:
         self.request, self.state, self.principal = request, state, principal
         self.out = Outbox(ws)
         self.chain = ev.Chain()
-        self.headers = upstream_headers(request.headers)
+        self.headers = ev.upstream_headers(request.headers)
         self.tasks: set[asyncio.Task[None]] = set()
         # The request that holds the socket: accepted, its last event not yet sent. Its task
         # may still run after that (booking usage) while the next request holds the socket.
@@ -253,7 +217,7 @@ class Session:
 
     async def _on_text(self, text: str, start: float) -> None:
         try:
-            body = parse_message(text, self.state.settings.max_body_bytes)
+            body = ev.parse_message(text, self.state.settings.max_body_bytes)
         except ApiError as e:
             return await self._refuse(e, start)
         kind = body["type"]

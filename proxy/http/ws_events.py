@@ -1,6 +1,7 @@
-"""The Responses API's WebSocket mode, its messages and events (no I/O): the SSE data of an
-upstream stream as the events the socket sends, the error events, the warmup answer, and the
-connection-local history that ``previous_response_id`` names (SPEC section 11).
+"""The Responses API's WebSocket mode, its messages and events (no I/O): a client message, the
+upgrade's headers as a request's, the SSE data of an upstream stream as the events the socket
+sends, the error events, the warmup answer, and the connection-local history that
+``previous_response_id`` names (SPEC section 11).
 
 Wire facts this follows (what Codex CLI sends and expects): each server event is one text
 message holding the JSON an SSE ``data:`` field would hold; an error is
@@ -19,14 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from multidict import CIMultiDict
 
-from proxy.errors import ApiError
+from proxy.errors import ApiError, bad_request
 
 # Events that end a response: after one of these, the socket is free for the next request.
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
 _MARKERS = (b'"response.output_item.done"', b'"response.completed"', b'"response.failed"',
             b'"response.incomplete"', b'"error"')
 CONTEXT_EVENT = "context_proxy.context"
+_SOCKET_ONLY = ("sec-websocket-", "upgrade")  # headers of the upgrade, not of a request
+_WS_BETA = "responses_websockets"
 # Of an answer's headers, those an error event carries (what a client reads off a refusal).
 _KEPT_HEADER_PREFIXES = ("x-", "retry-after", "openai-")
 
@@ -211,3 +215,36 @@ def warmup_events(body: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     done = dict(response, status="completed")
     return rid, [{"type": "response.created", "sequence_number": 0, "response": response},
                  {"type": "response.completed", "sequence_number": 1, "response": done}]
+
+
+def upstream_headers(incoming: Mapping[str, str]) -> CIMultiDict[str]:
+    """The upgrade's headers as a POST's: the socket's own dropped (``Sec-WebSocket-*``, the
+    ``responses_websockets`` beta), a JSON body declared."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in incoming.items():
+        low = name.lower()
+        if low.startswith(_SOCKET_ONLY):
+            continue
+        if low == "openai-beta":
+            value = ", ".join(v.strip() for v in value.split(",")
+                              if v.strip() and not v.strip().startswith(_WS_BETA))
+            if not value:
+                continue
+        out.add(name, value)
+    out["Content-Type"] = "application/json"
+    return out
+
+
+def parse_message(text: str, limit: int) -> dict[str, Any]:
+    """A client message as a JSON object; ``ApiError`` 413 over ``limit`` bytes, 400 when it is
+    not a JSON object with a string ``type``."""
+    if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
+        raise ApiError(413, "The message is larger than this proxy accepts.",
+                       code="request_too_large")
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise bad_request("The message is not valid JSON.", code="invalid_json") from None
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        raise bad_request("A message must be a JSON object with a string 'type'.", param="type")
+    return body

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.http import ws_events as ev
-from proxy.http.responses_ws import parse_message, upstream_headers
 
 STREAM = (b": a comment\n\nevent: response.created\ndata: {\"type\": \"response.created\"}\n\n"
           b"event: response.output_text.delta\r\ndata: {\"type\":\r\ndata: \"x\"}\r\n\r\n"
@@ -59,9 +58,9 @@ def test_errors_are_wrapped_with_a_status() -> None:
 
 
 def test_the_socket_headers_stay_on_the_socket() -> None:
-    out = upstream_headers({"Sec-WebSocket-Key": "k", "Upgrade": "websocket",
+    out = ev.upstream_headers({"Sec-WebSocket-Key": "k", "Upgrade": "websocket",
                             "OpenAI-Beta": "responses_websockets=2026-02-06, other=1",
                             "originator": "codex_exec"})
     assert dict(out) == {"OpenAI-Beta": "other=1", "originator": "codex_exec",
                          "Content-Type": "application/json"}
-    assert parse_message('{"type": "response.create"}', 100) == {"type": "response.create"}
+    assert ev.parse_message('{"type": "response.create"}', 100) == {"type": "response.create"}

@@ -21,7 +21,7 @@ from proxy.context.records import Records
 from proxy.context.service import ContextService, upstream_summarizers
 from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
-from proxy.http import admin, apis, chat, conversations, ops, relay, rerank
+from proxy.http import admin, apis, chat, conversations, ops, relay, rerank, responses_ws
 from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
 from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
@@ -132,6 +132,7 @@ def create_app(settings: Settings) -> web.Application:
     chat.add_routes(app)
     conversations.add_routes(app)
     rerank.add_routes(app)
+    responses_ws.add_routes(app)  # before apis: its GET /v1/responses is the upgrade
     apis.add_routes(app)
     relay.add_routes(app)  # the catch-all: last of the /v1 routes
     if settings.admin_token:  # no token: the admin API does not exist (plain 404)

@@ -17,9 +17,11 @@ from proxy.errors import ConfigError
 from proxy.policy.platform import AUTH_MODES, DEFAULT_UPSTREAM_URL, PlatformConfig, load_policies
 
 
-def _env_bool(name: str, env: Mapping[str, str]) -> bool:
+def _env_bool(name: str, env: Mapping[str, str], default: bool = False) -> bool:
     value = env.get(name, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if not value:
+        return default
+    if value in ("0", "false", "no", "off"):
         return False
     if value in ("1", "true", "yes", "on"):
         return True
@@ -111,6 +113,7 @@ class Settings:
     db_pool_size: int = 10
     admin_token: str | None = None
     manual_compaction: bool = False
+    responses_websocket: bool = True  # off: the upgrade is a 426, so clients use HTTP at once
     upstream_timeout_s: float = 600.0
     anthropic_url: str = "https://api.anthropic.com/v1"  # /v1/messages goes here
     anthropic_api_key: str | None = None
@@ -161,6 +164,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         db_pool_size=_env_count("CONTEXT_PROXY_DB_POOL_SIZE", env, 10),
         admin_token=env.get("CONTEXT_PROXY_ADMIN_TOKEN") or None,
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
+        responses_websocket=_env_bool("CONTEXT_PROXY_RESPONSES_WEBSOCKET", env, default=True),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
         anthropic_url=_http_url(env.get("CONTEXT_PROXY_ANTHROPIC_URL")
                                 or "https://api.anthropic.com/v1",

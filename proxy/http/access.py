@@ -58,16 +58,22 @@ class AccessLog(AbstractAccessLogger):
             return
         headers = response.headers
         route = route_label(request) if isinstance(request, Request) else "unmatched"
-        fields = {
+        emit(logger, {
             "method": request.method, "route": route, "path": request.path[:256],
             "status": response.status, "duration_ms": round(time * 1000, 2),
             "conversation": headers.get("X-Conversation-Id", "-"),
             "outcome": headers.get("X-Context-Compaction", "-"),
             "request_id": headers.get(REQUEST_ID, "-"),
-            "remote": request.remote or "-"}
-        args = (fields["remote"], fields["method"], fields["path"], fields["status"],
-                fields["duration_ms"], route, fields["conversation"], fields["outcome"],
-                fields["request_id"])
-        sink = direct_sink(logger)
-        if sink is None or not sink.access(logger.name, LINE % args, fields, clock.time()):
-            logger.info(LINE, *args, extra=fields)
+            "remote": request.remote or "-"})
+
+
+def emit(logger: logging.Logger, fields: Mapping[str, object]) -> None:
+    """Write one access line of ``fields`` (those ``AccessLog`` gives, by the same names): to
+    the direct sink when there is one, else as a log record carrying them."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    args = tuple(fields[k] for k in ("remote", "method", "path", "status", "duration_ms",
+                                      "route", "conversation", "outcome", "request_id"))
+    sink = direct_sink(logger)
+    if sink is None or not sink.access(logger.name, LINE % args, fields, clock.time()):
+        logger.info(LINE, *args, extra=dict(fields))

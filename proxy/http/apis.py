@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from proxy.context.adapters import Adapted, AdapterError, anthropic, responses
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError, bad_request
-from proxy.http.forward import Leg, forward, not_allowed
+from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed
 from proxy.http.middleware import shaped
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
@@ -31,7 +32,6 @@ from proxy.upstream.relay import (
     ANTHROPIC_STREAM_ERROR,
     Check,
     is_event_stream,
-    relay_stream,
     relay_whole,
 )
 
@@ -47,7 +47,8 @@ def _principal(state: ProxyState, request: web.Request, api: str) -> Principal:
     return principal
 
 
-def _check(api: str, body: dict[str, Any]) -> None:
+def check(api: str, body: dict[str, Any]) -> None:
+    """Refuse (``ApiError`` 400) a body the API's upstream would refuse for its shape."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise bad_request("'model' is required and must be a non-empty string.", param="model")
     if api == "messages" and (not isinstance(body.get("max_tokens"), int)
@@ -58,6 +59,11 @@ def _check(api: str, body: dict[str, Any]) -> None:
         raise bad_request("'stream' must be a boolean.", param="stream")
     if body.get("tools") is not None and not isinstance(body["tools"], list):
         raise bad_request("'tools' must be a list.", param="tools")
+
+
+def keeps_history_upstream(api: str, body: dict[str, Any]) -> bool:
+    """A Responses request whose history the upstream keeps: relayed, never managed."""
+    return api == "responses" and body.get("previous_response_id") is not None
 
 
 def _upstream(state: ProxyState, api: str) -> Upstream:
@@ -71,9 +77,21 @@ async def managed(request: web.Request, api: str) -> web.StreamResponse:
     current_key.set(principal.upstream_key)
     raw = await read_body(request, state.settings.max_body_bytes)
     body = parse_json_object(raw)
-    _check(api, body)
-    if api == "responses" and body.get("previous_response_id") is not None:
-        return await _relay_as_is(request, state, api, principal, raw)
+    check(api, body)
+    if keeps_history_upstream(api, body):
+        return await relay_as_is(HttpSink(request), state, api, principal, request.headers, raw,
+                                 request.query_string)
+    job, report = await manage(state, api, principal, request.headers, raw, body, start)
+    return await forward(request, state, job, report,
+                         leg_for(state, api, request.headers, job, request.query_string))
+
+
+async def manage(state: ProxyState, api: str, principal: Principal, headers: Mapping[str, str],
+                 raw: bytes, body: dict[str, Any], start: float) -> tuple[Job, ContextReport]:
+    """The managed prologue after auth and ``check``: read ``body`` (``raw``, its bytes) with
+    the API's adapter, prepare the job (conversation identity, manual compaction from
+    ``headers``) and run the stages. Raises ``ApiError`` 400 for a tool sequence the API
+    refuses; books the proxy's overhead since ``start``."""
     try:
         adapted: Adapted = READERS[api](body)
     except AdapterError as e:
@@ -82,27 +100,26 @@ async def managed(request: web.Request, api: str) -> web.StreamResponse:
     chat = ChatRequest(raw, body, adapted.messages, body["model"], adapted.tools,
                        body.get("stream") is True, adapted=adapted)
     enabled = state.settings.manual_compaction
-    forced = manual.requested(request.headers.get(manual.HEADER), enabled, chat.messages)
-    job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),
+    forced = manual.requested(headers.get(manual.HEADER), enabled, chat.messages)
+    job = await state.context.prepare(principal, chat, headers.get("X-Conversation-Id"),
                                       manual=forced)
     report = await state.context.manage(job)
-    hint = manual.ignored(request.headers.get(manual.HEADER), enabled)
+    hint = manual.ignored(headers.get(manual.HEADER), enabled)
     if hint:
         report = replace(report, notes={**report.notes, **hint})
     state.metrics.overhead.labels(api).observe(time.perf_counter() - start)
-    return await _forward(request, state, api, job, report)
+    return job, report
 
 
-async def _forward(request: web.Request, state: ProxyState, api: str, job: Job,
-                   report: ContextReport) -> web.StreamResponse:
-    """Send upstream and relay (``forward``) in the API's own shapes."""
-    leg = Leg(_upstream(state, api), apis.PATHS[api],
-              apis.headers_for(api, request.headers, job.principal.upstream_key), api,
-              check=_answer_check(api), usage=functools.partial(apis.usage_of, api),
-              scanner=functools.partial(apis.ApiUsageScanner, api),
-              query=request.query_string, shape=functools.partial(shaped, api),
-              error_event=ANTHROPIC_STREAM_ERROR if api == "messages" else None)
-    return await forward(request, state, job, report, leg)
+def leg_for(state: ProxyState, api: str, headers: Mapping[str, str], job: Job, query: str = ""
+            ) -> Leg:
+    """The API's upstream leg for ``job``, with the client's ``headers`` as the API wants them."""
+    return Leg(_upstream(state, api), apis.PATHS[api],
+               apis.headers_for(api, headers, job.principal.upstream_key), api,
+               check=_answer_check(api), usage=functools.partial(apis.usage_of, api),
+               scanner=functools.partial(apis.ApiUsageScanner, api), query=query,
+               shape=functools.partial(shaped, api),
+               error_event=ANTHROPIC_STREAM_ERROR if api == "messages" else None)
 
 
 def _answer_check(api: str) -> Check:
@@ -121,22 +138,25 @@ def _answer_check(api: str) -> Check:
     return check
 
 
-async def _relay_as_is(request: web.Request, state: ProxyState, api: str, principal: Principal,
-                       raw: bytes) -> web.StreamResponse:
-    """A request whose history the upstream keeps: sent as it came, nothing to manage."""
+async def relay_as_is(sink: Sink, state: ProxyState, api: str, principal: Principal,
+                      headers: Mapping[str, str], raw: bytes, query: str = ""
+                      ) -> web.StreamResponse:
+    """A request whose history the upstream keeps: sent as it came, nothing to manage; a good
+    answer goes to ``sink``, an error answer is returned unsent."""
     upstream = _upstream(state, api)
-    headers = apis.headers_for(api, request.headers, principal.upstream_key)
+    out_headers = apis.headers_for(api, headers, principal.upstream_key)
     note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
     try:
-        resp = await upstream.open("POST", apis.PATHS[api], headers, raw,
-                                   request.query_string, route=api)
+        resp = await upstream.open("POST", apis.PATHS[api], out_headers, raw, query, route=api)
     except ApiError as e:
         return e.response(headers=note)
     try:
         if resp.status == 200 and is_event_stream(resp):
-            return await relay_stream(request, resp, note, tracked=upstream.streams,
-                                      secret=upstream.secret)
-        return await relay_whole(upstream, resp, note)
+            return await sink.stream(resp, note, b"", None, upstream, None)
+        answer = await relay_whole(upstream, resp, note)
+        if answer.status == 200:
+            await sink.whole(answer)
+        return answer
     finally:
         resp.release()
 

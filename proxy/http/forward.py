@@ -3,7 +3,8 @@ on a context-length refusal that compaction can help with, relay the answer with
 ``X-Context-*`` headers and feed its usage back to the context service.
 
 What differs by API travels in a ``Leg`` (where it goes, how the proxy's own errors are shaped,
-how the answer is checked and its usage read).
+how the answer is checked and its usage read); where a good answer goes, in a ``Sink``: the HTTP
+response (``HttpSink``) or a Responses WebSocket (``proxy.http.responses_ws``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,37 @@ class Scanner(Protocol):
     def line(self, line: bytes) -> None: ...
 
 
+class Sink(Protocol):
+    """Where a good (200) upstream answer is delivered. An error answer is never given to the
+    sink: ``forward`` returns it, unsent, for the caller to deliver."""
+
+    async def stream(self, resp: aiohttp.ClientResponse, headers: Mapping[str, str],
+                     preamble: bytes, check: EventCheck | None, upstream: Upstream,
+                     error_event: bytes | None) -> web.StreamResponse:
+        """Relay the upstream's event stream as it arrives (``relay_stream``'s contract)."""
+
+    async def whole(self, answer: web.Response) -> None:
+        """Deliver a whole 200 answer now."""
+
+
+@dataclass(frozen=True)
+class HttpSink:
+    """The HTTP response of ``request``: a stream as server-sent events, a whole answer as is."""
+
+    request: web.Request
+
+    async def stream(self, resp: aiohttp.ClientResponse, headers: Mapping[str, str],
+                     preamble: bytes, check: EventCheck | None, upstream: Upstream,
+                     error_event: bytes | None) -> web.StreamResponse:
+        return await relay_stream(self.request, resp, headers, preamble=preamble, check=check,
+                                  tracked=upstream.streams, secret=upstream.secret,
+                                  error_event=error_event)
+
+    async def whole(self, answer: web.Response) -> None:
+        await answer.prepare(self.request)
+        await answer.write_eof()
+
+
 def _same(response: web.Response) -> web.Response:
     return response
 
@@ -73,10 +105,11 @@ class Leg:
 
 
 async def forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport,
-                  leg: Leg) -> web.StreamResponse:
+                  leg: Leg, sink: Sink | None = None) -> web.StreamResponse:
     """Send upstream, retry once on a context-length refusal that compaction could help with,
-    relay, record the usage. Unreachable or too slow, the error still says what the proxy
-    did (the ``X-Context-*`` headers)."""
+    relay into ``sink`` (``request``'s own response by default), record the usage.
+    Unreachable or too slow, the error still says what the proxy did (the ``X-Context-*``
+    headers); an error answer is returned unsent."""
     sent = time.perf_counter()
     body = job.request.outgoing(report)
     try:
@@ -101,7 +134,7 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
                 resp = await _open(leg, again)
             except ApiError as e:
                 return leg.shape(e.response(headers=report.headers()))
-        return await _relay(request, state, job, resp, report, leg)
+        return await _relay(sink or HttpSink(request), state, job, resp, report, leg)
     finally:
         resp.release()
         _observe(leg, sent)
@@ -117,9 +150,8 @@ def _observe(leg: Leg, sent: float) -> None:
         leg.observe(time.perf_counter() - sent)
 
 
-async def _relay(request: web.Request, state: ProxyState, job: Job,
-                 resp: aiohttp.ClientResponse, report: ContextReport, leg: Leg
-                 ) -> web.StreamResponse:
+async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientResponse,
+                 report: ContextReport, leg: Leg) -> web.StreamResponse:
     """Relay the answer with the ``X-Context-*`` headers and record its usage. A stream is
     checked line by line (a data line that is not JSON ends it with the error event); a whole
     200 must pass ``leg.check`` (else 502); a broken read is a 502."""
@@ -128,9 +160,8 @@ async def _relay(request: web.Request, state: ProxyState, job: Job,
         scanner = leg.scanner()
         check = None if is_encoded(resp) else EventCheck(on_line=scanner.line,
                                                             only=scanner.marker)
-        out = await relay_stream(request, resp, extra, preamble=report.sse_comment(),
-                                 check=check, tracked=leg.upstream.streams,
-                                 secret=leg.upstream.secret, error_event=leg.error_event)
+        out = await sink.stream(resp, extra, report.sse_comment(), check, leg.upstream,
+                                leg.error_event)
         await _record(state, job, report, (scanner.prompt_tokens, scanner.cached_tokens))
         return out
     answer = await relay_whole(leg.upstream, resp, extra, check=leg.check)
@@ -139,8 +170,7 @@ async def _relay(request: web.Request, state: ProxyState, job: Job,
         # of the latency it waits for (aiohttp sends an answer sent here only once).
         usage = leg.usage(answer.body)
         try:
-            await answer.prepare(request)
-            await answer.write_eof()
+            await sink.whole(answer)
         finally:  # paid for, whether the client stayed for the answer or not
             await _record(state, job, report, usage)
         return answer

@@ -125,5 +125,5 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     finally:
         if in_flight is not None:
             in_flight.dec()
-        if state is not None:
+        if state is not None and status != 101:  # a socket's messages are counted one by one
             state.metrics.observe_request(route, status, time.perf_counter() - start)

@@ -96,7 +96,7 @@ async def manage(state: ProxyState, api: str, principal: Principal, headers: Map
         adapted: Adapted = READERS[api](body)
     except AdapterError as e:
         raise bad_request(str(e), param=e.param, code="invalid_message_sequence") from None
-    adapted = replace(adapted, headers=apis.api_headers(request.headers))
+    adapted = replace(adapted, headers=apis.api_headers(headers))
     chat = ChatRequest(raw, body, adapted.messages, body["model"], adapted.tools,
                        body.get("stream") is True, adapted=adapted)
     enabled = state.settings.manual_compaction

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
+from proxy.apis import APIS
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
@@ -20,10 +21,10 @@ from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.answers import unusable_completion
-from proxy.upstream.client import current_key, request_headers
-from proxy.upstream.usage import UsageScanner, cached_tokens_of, prompt_tokens_of
+from proxy.upstream.client import current_key
+from proxy.upstream.usage import UsageScanner
 
-PATH = "/chat/completions"
+API = APIS["chat"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -44,21 +45,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _forward(request, state, job, report)
 
 
-def _chat_usage(body: bytes) -> tuple[int, int]:
-    return prompt_tokens_of(body), cached_tokens_of(body)
-
-
 async def _forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport
                    ) -> web.StreamResponse:
     """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
-    leg = Leg(state.upstream, PATH,
-              request_headers(request.headers, job.principal.upstream_key, identity=True),
-              "chat", check=unusable_completion, usage=_chat_usage, scanner=UsageScanner,
+    leg = Leg(state.upstream, API.path, API.headers(request.headers, job.principal.upstream_key),
+              API.name, check=unusable_completion, usage=API.usage, scanner=UsageScanner,
               observe=state.metrics.upstream_chat.observe)
     return await forward(request, state, job, report, leg)
 
 
 def add_routes(app: web.Application) -> None:
-    resource = app.router.add_resource("/v1/chat/completions", name="chat")
+    resource = app.router.add_resource(API.route, name=API.name)
     resource.add_route("POST", chat_completions)
     resource.add_route("*", not_allowed)

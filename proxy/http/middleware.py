@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import ClientConnectionResetError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from proxy.errors import ApiError, as_anthropic
+from proxy.apis import APIS
+from proxy.errors import ApiError
 from proxy.state import STATE
 
 log = logging.getLogger("context_proxy")
@@ -71,12 +72,11 @@ def quiet_parser_errors() -> None:
         server.addFilter(QuietParserErrors())
 
 
-ANTHROPIC_ROUTES = frozenset({"messages"})
-
-
 def shaped(route: str, response: web.Response) -> web.Response:
-    """The proxy's own error in the route's API shape (Anthropic's on ``/v1/messages``)."""
-    return as_anthropic(response) if route in ANTHROPIC_ROUTES else response
+    """The proxy's own error in the shape of the route's API (``Api.shape``; OpenAI's on
+    every other route)."""
+    api = APIS.get(route)
+    return api.shape(response) if api is not None else response
 
 
 @web.middleware

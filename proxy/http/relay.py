@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
+from proxy.apis import APIS
 from proxy.state import STATE
-from proxy.upstream.apis import headers_for
 from proxy.upstream.client import Upstream, request_headers
 from proxy.upstream.relay import relay
 
@@ -22,8 +22,8 @@ async def relay_any(request: web.Request) -> web.StreamResponse:
     principal = state.auth.authenticate(request)
     if request.match_info["tail"].startswith("messages/"):
         # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.
-        return await _relay_to(request, state.anthropic, headers_for(
-            "messages", request.headers, state.settings.anthropic_api_key
+        return await _relay_to(request, state.anthropic, APIS["messages"].headers(
+            request.headers, state.settings.anthropic_api_key
             if state.auth.mode == "proxy_keys" else principal.upstream_key))
     return await _relay_to(request, state.upstream,
                            request_headers(request.headers, principal.upstream_key))

@@ -31,11 +31,12 @@ import aiohttp
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from proxy.apis import APIS
 from proxy.auth import Principal
 from proxy.errors import ApiError, bad_request
 from proxy.http import ws_events as ev
 from proxy.http.access import ACCESS_LOGGER, emit
-from proxy.http.apis import check, keeps_history_upstream, leg_for, manage, relay_as_is
+from proxy.http.apis import leg_for, manage, relay_as_is
 from proxy.http.forward import forward, not_allowed
 from proxy.http.middleware import REQUEST_ID
 from proxy.state import STATE, ProxyState
@@ -48,7 +49,7 @@ log = logging.getLogger("context_proxy")
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 ROUTE = "responses_ws"
-API = "responses"
+API = APIS["responses"]
 HEARTBEAT_S = 30.0
 
 
@@ -268,14 +269,14 @@ class Session:
                        ) -> tuple[int, Mapping[str, str]]:
         """Answer one ``response.create``; (its status, the headers its answer would have)."""
         fields = {k: v for k, v in body.items() if k not in ("type", "generate")}
-        check(API, fields)
+        API.check(fields)
         fields["stream"] = True
         self.chain.expand(fields)
         if body.get("generate") is False:
             return await self._warmup(fields, request)
         raw, state = orjson.dumps(fields), self.state
         sink = SocketSink(self.out, functools.partial(self._ended, fields, request))
-        if keeps_history_upstream(API, fields):
+        if API.keeps_history(fields):
             out = await relay_as_is(sink, state, API, self.principal, self.headers, raw)
         else:
             job, report = await manage(state, API, self.principal, self.headers, raw, fields,

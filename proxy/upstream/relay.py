@@ -228,9 +228,6 @@ async def _end_broken(request: web.Request, out: web.StreamResponse,
 _STREAM_ERROR = b"data: " + json.dumps({"error": {
     "message": "The upstream stream ended unexpectedly.", "type": "upstream_error",
     "param": None, "code": "upstream_broken"}}).encode() + b"\n\n"
-ANTHROPIC_STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
-    "type": "api_error", "message": "The upstream stream ended unexpectedly."}}).encode() \
-    + b"\n\n"
 
 
 async def _write_quietly(out: web.StreamResponse, data: bytes) -> None:

@@ -1,0 +1,87 @@
+"""Anthropic's Messages API (``POST /v1/messages``, for Claude Code and the ``anthropic`` SDKs),
+at the Anthropic-compatible upstream (``CONTEXT_PROXY_ANTHROPIC_URL``):
+
+- the body read by ``proxy.context.adapters.anthropic``; ``max_tokens`` is required;
+- errors in Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``), a broken
+  stream ended with an ``event: error``;
+- the key as ``x-api-key``, ``anthropic-version`` set when the client sent none, betas passed;
+- usage: ``input_tokens`` leaves out the cache reads and writes, which are added back;
+- summary calls in this API that repeat ``tools``, ``tool_choice`` and ``thinking`` when they
+  ride the cached prefix (a change of any invalidates Anthropic's cache of the messages).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from multidict import CIMultiDict
+
+from proxy.apis.base import Api, Prompt, SummaryAnswer, check_common, first_int, summary_fields
+from proxy.context.adapters import Adapted, anthropic
+from proxy.errors import as_anthropic, bad_request
+from proxy.upstream.client import request_headers
+
+ANTHROPIC_VERSION = "2023-06-01"
+STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
+    "type": "api_error", "message": "The upstream stream ended unexpectedly."}}).encode() \
+    + b"\n\n"
+
+_INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
+_CACHE_READ = re.compile(rb'"cache_read_input_tokens"\s*:\s*([0-9]+)')
+_CACHE_WRITE = re.compile(rb'"cache_creation_input_tokens"\s*:\s*([0-9]+)')
+
+
+def usage(data: bytes) -> tuple[int, int]:
+    read = first_int(_CACHE_READ, data)
+    return first_int(_INPUT, data) + read + first_int(_CACHE_WRITE, data), read
+
+
+def headers(incoming: Mapping[str, str], key: str | None) -> CIMultiDict[str]:
+    out = request_headers(incoming, None, identity=True)
+    if key:
+        out["x-api-key"] = key
+    out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    return out
+
+
+def check(body: dict[str, Any]) -> None:
+    check_common(body)
+    if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
+        raise bad_request("'max_tokens' is required and must be an integer.",
+                          param="max_tokens")
+
+
+def summary_body(adapted: Adapted, model: str, messages: Prompt, max_tokens: int,
+                 cached: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"model": model, **adapted.prompt(messages)}
+    doc |= summary_fields(adapted.body, cached, (), ("tools", "tool_choice", "thinking"))
+    doc["max_tokens"] = max_tokens + _thinking_budget(doc.get("thinking"))
+    if "thinking" not in doc:  # thinking takes only the default temperature
+        doc["temperature"] = 0
+    return doc
+
+
+def _thinking_budget(thinking: Any) -> int:
+    """The tokens a thinking setting may spend before the answer (``max_tokens`` must exceed
+    them)."""
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) \
+        and thinking.get("type") == "enabled" else 0
+
+
+def summary_answer(raw: bytes) -> SummaryAnswer:
+    data = orjson.loads(raw)
+    text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
+    prompt, cached = usage(raw)
+    return SummaryAnswer(text or None, data.get("stop_reason") == "tool_use", prompt, cached)
+
+
+API = Api(name="messages", route="/v1/messages", path="/messages", headers=headers,
+          usage=usage, usage_marker=b'"input_tokens"', anthropic=True, read=anthropic.read,
+          check=check, shape=as_anthropic, stream_error=STREAM_ERROR,
+          answer_kind=("type", "message"), summary_body=summary_body,
+          summary_answer=summary_answer)

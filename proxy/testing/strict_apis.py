@@ -102,7 +102,8 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str],
                    bound: Mapping[str, set[Prefix]] | None = None) -> Refusal | None:
     """The first thing the real Messages API refuses in ``body`` (sent with betas ``beta``).
 
-    Checked: beta-only fields without their beta (``BETA_FIELDS``); more than 4
+    Checked: content blocks that are not objects with a string type; beta-only fields without
+    their beta (``BETA_FIELDS``); more than 4
     ``cache_control`` markers; thinking with a forced tool, a temperature other than 1 or a
     budget not under ``max_tokens``; empty messages and empty text blocks; roles
     (``user``/``assistant``, and ``system`` under ``MID_CONVERSATION_SYSTEM``); a first message
@@ -115,11 +116,24 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str],
     (``bound``: signature -> the prefixes it was issued after) whose prefix (system, tools,
     everything before it) changed, unless ``drop_block`` is asked for under its beta.
     """
-    return (_beta_fields(body, beta) or _cache_controls(body) or _thinking_settings(body)
+    return (_shapes(body.get("messages") or []) or _beta_fields(body, beta)
+            or _cache_controls(body) or _thinking_settings(body)
             or _empty(body.get("messages") or [])
             or _roles_and_tools(body.get("messages") or [], beta)
             or _signatures(body.get("messages") or []) or _thinking_turn(body)
             or _prefixes(body, beta, bound or {}))
+
+
+def _shapes(messages: Any) -> Refusal | None:
+    """A content block that is not an object with a string ``type`` (the API reads nothing
+    else)."""
+    for i, m in enumerate(messages if isinstance(messages, list) else []):
+        blocks = m.get("content") if isinstance(m, dict) else None
+        for j, b in enumerate(blocks if isinstance(blocks, list) else []):
+            if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+                return Refusal(f"messages.{i}.content.{j}: Input should be a valid dictionary "
+                               "with a string 'type'")
+    return None
 
 
 def _beta_fields(body: Mapping[str, Any], beta: frozenset[str]) -> Refusal | None:

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.testing.fake_apis import MESSAGES, RESPONSES, as_chat, sign_thinking
 from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.strict_apis import check_messages
 
 Client = TestClient[web.Request, web.Application]
 LONG = "The build log says: " + "compiling module ok; " * 400  # past the 1,024-token cache floor
@@ -536,3 +537,12 @@ async def test_responses_cache_is_routed_by_prompt_cache_key(served: Any) -> Non
     assert other["usage"]["input_tokens_details"]["cached_tokens"] == 0
     _, unkeyed = await f.responses(grown)
     assert unkeyed["usage"]["input_tokens_details"]["cached_tokens"] == 0
+
+
+def test_a_block_that_is_not_an_object_is_refused() -> None:
+    body = {"model": "m", "max_tokens": 5,
+            "messages": [{"role": "user", "content": [[["deep"]]]}]}
+    problem = check_messages(body, frozenset())
+    assert problem is not None and problem.message.startswith("messages.0.content.0:")
+    body["messages"][0]["content"] = [{"type": {"a": 1}, "text": "x"}]  # type: ignore[index]
+    assert check_messages(body, frozenset()) is not None

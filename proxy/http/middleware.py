@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientConnectionResetError, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from proxy.apis import APIS
 from proxy.errors import ApiError
@@ -51,12 +52,15 @@ _SERIAL = itertools.count(1)
 
 
 class QuietParserErrors(logging.Filter):
-    """aiohttp logs a request its HTTP parser refuses (a control character in a header, say)
-    as an ERROR with a traceback that quotes the offending header line, a client's key
+    """aiohttp logs a request its HTTP parser refuses (a control character in a header, say,
+    or a body that does not decode under its ``Content-Encoding``) as an ERROR with a traceback that quotes the offending header line, a client's key
     included. Such records become one WARNING line naming only the kind of fault."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestPayloadError) and isinstance(exc.__cause__,
+                                                                 HttpProcessingError):
+            exc = exc.__cause__  # a body that did not decode, met again after its answer
         if isinstance(exc, HttpProcessingError):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.msg, record.args = "refused a malformed HTTP request: %s (%s)", (

@@ -53,8 +53,9 @@ _SERIAL = itertools.count(1)
 
 class QuietParserErrors(logging.Filter):
     """aiohttp logs a request its HTTP parser refuses (a control character in a header, say,
-    or a body that does not decode under its ``Content-Encoding``) as an ERROR with a traceback that quotes the offending header line, a client's key
-    included. Such records become one WARNING line naming only the kind of fault."""
+    or a body that does not decode under its ``Content-Encoding``) as an ERROR with a
+    traceback that quotes the offending header line, a client's key included. Such records
+    become one WARNING line naming only the kind of fault."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None

@@ -30,9 +30,9 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from proxy.testing import agent_model  # noqa: E402
-from proxy.testing.fake_upstream import FakeUpstream  # noqa: E402
-from proxy.testing.harness import Harness  # noqa: E402
+from proxy.testing import agent_model
+from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.harness import Harness
 
 MODEL = "gpt-5.5"
 WINDOW = 200_000  # the session fits it: straight to the upstream works, the requests are the same

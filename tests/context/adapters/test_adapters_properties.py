@@ -23,6 +23,7 @@ from proxy.context.stages.plan import plan
 from proxy.context.stages.scope import Scope
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy
+from proxy.testing import agent
 
 MODEL = "gpt-4o"
 WINDOW = 6_000
@@ -240,3 +241,24 @@ def test_responses_reasoning_stays_with_its_turn(body: dict[str, Any]) -> None:
     output = next(x for x in items if x.get("type") in responses.OUTPUTS
                   and x["call_id"] == call["call_id"])
     assert any(s is call for s in sent) and any(s is output for s in sent), compacted
+
+
+# --- chat completions ------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=3, max_value=24),
+       st.booleans())
+def test_chat_compaction_keeps_the_newest_tool_group(seed: int, turns: int, note: bool) -> None:
+    spec = agent.AgentSpec(seed=seed, output_tokens=(50, 700), thought_words=(5, 40))
+    msgs = agent.conversation(spec, turns)
+    if note:  # a note from the user after large results must not leave them behind
+        msgs.append({"role": "user", "content": "Note: keep the public API."})
+    scope = Scope(POLICY, WINDOW, COUNTER, MODEL, agent.TOOLS)
+    p = plan(msgs, scope)
+    out = p.mask.messages if p.action != "summarize" or p.compaction is None else \
+        apply_summary(p.mask.messages, p.compaction, SUMMARY, POLICY)
+    last = max(i for i, m in enumerate(msgs) if m.get("tool_calls"))
+    group = [msgs[last], *(m for m in msgs[last + 1:] if m.get("role") == "tool")]
+    for m in group:
+        assert m in out

@@ -27,7 +27,13 @@ _MESSAGES = {404: "Unknown path.", 405: "Method not allowed for this path.",
 
 
 def route_label(request: web.Request) -> str:
-    info = request.match_info
+    """The request's route name (or template) for metrics and logs; ``unmatched`` for a
+    request no route took, including one refused before routing (a malformed request, whose
+    ``match_info`` aiohttp never set)."""
+    try:
+        info = request.match_info
+    except AssertionError:
+        return "unmatched"
     if info.http_exception is not None:
         return "unmatched"
     name = info.route.name

@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
+from proxy.http.middleware import route_label
 from proxy.testing.harness import Harness
 
 
@@ -87,3 +89,11 @@ def test_every_answer_carries_a_request_id(harness: Harness, client: Any) -> Non
         list(streamed.iter_lines())
     answer = send_raw(harness, b"GET /nowhere HTTP/1.1\r\nHost: x\r\nX-Request-Id: r-1\r\n\r\n")
     assert b"X-Request-Id: r-1" in answer and answer.startswith(b"HTTP/1.1 404")
+
+
+def test_a_request_refused_before_routing_has_the_route_unmatched() -> None:
+    # aiohttp never routes a request its parser refuses: the access logger names its route
+    # without one (a failure there would be printed by logging as a traceback, past caplog).
+    request = make_mocked_request("GET", "/x")
+    request._match_info = None  # as aiohttp leaves a request it never routed
+    assert route_label(request) == "unmatched"

@@ -88,16 +88,23 @@ class HourlyUsage:
         for conversation, turn in batch.turns.items():
             self.turns.setdefault(conversation, turn)
 
-    def write(self, tx: Tx) -> None:
-        """Add the batch to the tables, in the caller's transaction ``tx``."""
+    def write_rows(self, tx: Tx) -> None:
+        """Add the batch's hours to ``usage_hourly``, in the caller's transaction ``tx``, in
+        the order of their keys (so concurrent flushes lock rows in one order)."""
         names = ", ".join(COUNTS)
         add = ", ".join(f"{c} = usage_hourly.{c} + excluded.{c}" for c in COUNTS)
         sql = (f'INSERT INTO usage_hourly (org, "user", hour, {names}) VALUES (?, ?, ?, '
                f"{', '.join('?' * len(COUNTS))}) ON CONFLICT(org, \"user\", hour) "
                f"DO UPDATE SET {add}")
-        for (org, user, hour), counts in self.rows.items():
+        for (org, user, hour), counts in sorted(self.rows.items(),
+                                                key=lambda kv: (kv[0][0], kv[0][1] or "",
+                                                                kv[0][2])):
             tx.execute(sql, [org, user, hour, *counts])
-        for conversation, t in self.turns.items():
+
+    def write_turn(self, tx: Tx, conversation: str) -> None:
+        """Record the conversation's last turn of the batch (if it had one) on its row."""
+        t = self.turns.get(conversation)
+        if t is not None:
             tx.execute(
                 "INSERT INTO conversations (id, org, created_at, updated_at, public_id, "
                 "last_tokens_before, last_tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?) "

@@ -308,15 +308,22 @@ class Records:
         assignments = ", ".join(f"{c} = usage_totals.{c} + excluded.{c}" for c in _TOTALS)
 
         def write(tx: Tx) -> None:
-            for (org, conversation, model), deltas in pending.items():
-                self._touch(tx, org, conversation)
+            # Rows are written in one global order (conversations by id, then the totals by
+            # key, then the hours), so two replicas' flushes never wait on each other in a
+            # cycle: PostgreSQL would otherwise end one of them as a deadlock.
+            orgs = {conversation: org for org, conversation, _ in pending}
+            for conversation in sorted({*orgs, *hourly.turns}):
+                if conversation in orgs:
+                    self._touch(tx, orgs[conversation], conversation)
+                hourly.write_turn(tx, conversation)
+            for (org, conversation, model), deltas in sorted(pending.items()):
                 tx.execute(
                     f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
                     f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "
                     f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
                     "updated_at = excluded.updated_at",
                     [conversation, model, *deltas, now])
-            hourly.write(tx)
+            hourly.write_rows(tx)
 
         try:
             await self.store.write(write)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 from proxy.context.records import Records
 from proxy.context.stages.mask import SHORT_ID, Spill, placeholder, spill_id
@@ -48,3 +49,42 @@ def test_usage_totals_add_up_and_survive_a_flush(new_store: Callable[[str], Stor
     again = Records(r.store).usage_totals("conv")  # what another process reads
     assert again["m"]["requests"] == 3 and again["m"]["prompt_tokens"] == 2300
     assert again["other"]["requests"] == 1 and r.exists("conv")
+
+
+def test_concurrent_flushes_of_replicas_lose_nothing(
+        store_target: Callable[[str], Path | str]) -> None:
+    # Three replicas count usage of the same conversations, each in its own order, and flush
+    # at once, again and again: rows are locked in one order, so no flush waits on another in
+    # a cycle (PostgreSQL would end one as a deadlock) and every figure is written.
+    import random
+    import threading
+
+    stores = [Store(store_target("shared.db")) for _ in range(3)]  # one per replica
+    replicas = [Records(store) for store in stores]
+    conversations = [f"conv-{i:02d}" for i in range(24)]
+    failures: list[BaseException] = []
+
+    def flush(r: Records) -> None:
+        try:
+            asyncio.run(r.flush_usage())
+        except BaseException as e:
+            failures.append(e)
+
+    for round_ in range(8):
+        for n, r in enumerate(replicas):
+            order = conversations[:]
+            random.Random(round_ * 10 + n).shuffle(order)
+            for conv in order:
+                r.add_upstream_usage(f"org-{n}", conv, "m", 10, 5, user=f"u{n}")
+        threads = [threading.Thread(target=flush, args=(r,)) for r in replicas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    try:
+        assert failures == []
+        totals = Records(stores[0]).usage_totals(conversations[0])
+        assert totals["m"]["requests"] == 8 * 3 and totals["m"]["prompt_tokens"] == 8 * 3 * 10
+    finally:
+        for store in stores:
+            store.close()

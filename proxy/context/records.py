@@ -316,7 +316,8 @@ class Records:
                 if conversation in orgs:
                     self._touch(tx, orgs[conversation], conversation)
                 hourly.write_turn(tx, conversation)
-            for (org, conversation, model), deltas in sorted(pending.items()):
+            for (_, conversation, model), deltas in sorted(
+                    pending.items(), key=lambda kv: (kv[0][1], kv[0][2])):
                 tx.execute(
                     f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
                     f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "

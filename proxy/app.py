@@ -29,7 +29,7 @@ from proxy.policy.service import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
-from proxy.store import Store, leases
+from proxy.store import Store, is_database_url, leases
 from proxy.upstream.client import Upstream, fetch_models
 
 log = logging.getLogger("context_proxy")
@@ -38,6 +38,10 @@ log = logging.getLogger("context_proxy")
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     store = Store(settings.store_target, settings.db_pool_size)
+    if not is_database_url(settings.store_target):  # SQLite: this process is its only one
+        left = await store.write(leases.release_others)
+        if left:
+            log.info("released %d lease(s) an earlier process left in the store", left)
     metrics = Metrics()
     upstream = Upstream(settings.upstream_url, settings.upstream_api_key,
                         settings.upstream_timeout_s, metrics)

@@ -54,6 +54,13 @@ def held(store: Store, name: str) -> bool:
                           [name, time.time()]) is not None
 
 
+def release_others(tx: Tx, owner: str = OWNER) -> int:
+    """Drop every lease another owner holds: at the start of the one process a SQLite store
+    has, those were left by an earlier process (a restart, a crash), which can hold nothing
+    any longer; requests must not wait for them to run out."""
+    return int(tx.execute("DELETE FROM leases WHERE owner <> ?", [owner]).rowcount)
+
+
 def purge_expired(tx: Tx) -> int:
     """Drop leases past their expiry (left by holders that died)."""
     return int(tx.execute("DELETE FROM leases WHERE expires_at <= ?", [time.time()]).rowcount)

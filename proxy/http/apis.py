@@ -29,7 +29,7 @@ from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream import apis
 from proxy.upstream.client import Upstream, current_key
-from proxy.upstream.relay import Check, is_event_stream, relay_whole
+from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
 
 HISTORY = "X-Context-History"
 
@@ -134,7 +134,7 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
         answer = await relay_whole(upstream, resp, note)
         if answer.status == 200:
             await sink.whole(answer)
-        return answer
+        return api.shape(answer) if answer.get(PROXY_MADE) else answer
     finally:
         resp.release()
 

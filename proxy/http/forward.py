@@ -25,6 +25,7 @@ from proxy.state import ProxyState
 from proxy.upstream.answers import EventCheck
 from proxy.upstream.client import Upstream
 from proxy.upstream.relay import (
+    PROXY_MADE,
     Check,
     answer_whole,
     is_encoded,
@@ -121,13 +122,13 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
         if not 200 <= resp.status < 300:
             error_body = await read_body(resp)
             if not is_overflow(resp.status, error_body):
-                return answer_whole(leg.upstream, resp, error_body, report.headers())
+                return _own(leg, answer_whole(leg.upstream, resp, error_body, report.headers()))
             retry = replace(await state.context.retry_overflow(job, stated_window(error_body)),
                             notes=report.notes)
             again = job.request.outgoing(retry)
             if again == body:  # compaction could not shrink it: the same refusal again
-                return answer_whole(leg.upstream, resp, error_body,
-                                    replace(retry, retried=None).headers())
+                return _own(leg, answer_whole(leg.upstream, resp, error_body,
+                                              replace(retry, retried=None).headers()))
             resp.release()
             report = retry
             try:
@@ -174,9 +175,14 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
         finally:  # paid for, whether the client stayed for the answer or not
             await _record(state, job, report, usage)
         return answer
-    # An error the proxy made of a 2xx (an answer it could not use) is its own: in the API's
-    # shape. The upstream's own errors are relayed as they came.
-    return leg.shape(answer) if answer.status >= 400 and resp.status < 400 else answer
+    # An error the proxy made (of a 2xx it could not use, of an error body that is not JSON)
+    # is its own: in the API's shape. The upstream's own JSON errors are relayed as they came.
+    return _own(leg, answer)
+
+
+def _own(leg: Leg, answer: web.Response) -> web.Response:
+    """``answer`` in the leg's API shape when the proxy made it (``PROXY_MADE``)."""
+    return leg.shape(answer) if answer.get(PROXY_MADE) else answer
 
 
 async def _record(state: ProxyState, job: Job, report: ContextReport, usage: tuple[int, int]

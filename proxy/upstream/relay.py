@@ -79,14 +79,21 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     return bytes(body)
 
 
+# On an answer the proxy made (not the upstream's own body).
+PROXY_MADE: web.ResponseKey[bool] = web.ResponseKey("proxy_made", bool)
+
+
 def error_response(error: ApiError, headers: Mapping[str, str] | None = None) -> web.Response:
     """``error`` as an OpenAI-shaped JSON answer carrying ``headers`` (the upstream's, the
-    ``X-Context-*`` ones), minus those that described the upstream's own body."""
+    ``X-Context-*`` ones), minus those that described the upstream's own body; marked
+    ``PROXY_MADE``, so a route of another API can put it in that API's shape."""
     out: CIMultiDict[str] = CIMultiDict(headers or {})
     for name in _BODY_HEADERS:
         out.popall(name, None)
     out["Content-Type"] = "application/json"
-    return web.Response(status=error.status, body=orjson.dumps(error.body()), headers=out)
+    answer = web.Response(status=error.status, body=orjson.dumps(error.body()), headers=out)
+    answer[PROXY_MADE] = True
+    return answer
 
 
 def answer_whole(upstream: Upstream, resp: aiohttp.ClientResponse, body: bytes,

@@ -1,0 +1,43 @@
+"""Upstream faults on the Messages and Responses routes come back in each API's own shape: an
+error body that is not JSON (a gateway's HTML page) is the proxy's own error, shaped as the API
+shapes errors, streamed or not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import requests
+
+from proxy.testing.fake_apis import MESSAGES, RESPONSES
+from proxy.testing.fake_upstream import FakeUpstream, Fault
+from proxy.testing.harness import Harness
+
+BODIES = {MESSAGES: {"model": "m", "max_tokens": 8,
+                     "messages": [{"role": "user", "content": "hi"}]},
+          RESPONSES: {"model": "m", "input": "hi"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize(("mode", "status"), [("html", 502), ("text", 500), ("html", 404)])
+def test_a_non_json_upstream_error_is_in_the_apis_shape(
+        make_harness: Callable[..., Harness], path: str, stream: bool, mode: str,
+        status: int) -> None:
+    fake = FakeUpstream(faults=[Fault(mode=mode, status=status, path=path)])
+    h = make_harness(fake=fake)
+    key = h.create_key("acme")
+    resp = requests.post(h.base_url + path.removeprefix("/v1"), timeout=30,
+                         json={**BODIES[path], "stream": stream},
+                         headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == (502 if status == 500 else status)
+    body: dict[str, Any] = resp.json()
+    message = f"The upstream answered {status} with a non-JSON body"
+    if path == MESSAGES:
+        assert body["type"] == "error" and body["error"]["message"].startswith(message)
+        assert body["error"]["type"] in ("api_error", "not_found_error")
+    else:
+        assert body["error"]["code"] == "upstream_non_json_error"
+        assert body["error"]["message"].startswith(message)
+    assert "x-context-compaction" in resp.headers

@@ -42,7 +42,9 @@ class Api:
       must understand and cannot; ``keeps_history``: a request whose history the upstream
       keeps (relayed unmanaged).
     - ``shape``: one of the proxy's own (OpenAI-shaped) error answers in this API's shape;
-      ``stream_error``: the SSE event that ends a broken stream (``None``: the default one).
+      ``stream_error``: the SSE event that ends a broken stream (``None``: the default one);
+      ``stream_end``: the markers of the events that end a whole stream (one ending without
+      them is broken, whatever its framing said).
     - ``headers``: the client's headers as this API's upstream wants them, with its key.
     - ``usage``: (prompt tokens, of which cached) in an answer body or an event's data;
       ``usage_marker``: bytes without which a stream line says nothing of usage;
@@ -63,6 +65,7 @@ class Api:
     keeps_history: Callable[[dict[str, Any]], bool] = lambda body: False
     shape: Callable[[web.Response], web.Response] = lambda response: response
     stream_error: bytes | None = None
+    stream_end: tuple[bytes, ...] = ()
     answer_kind: tuple[str, str] | None = None
     summary_body: Callable[[Adapted, str, Prompt, int, bool], dict[str, Any]] | None = None
     summary_answer: Callable[[bytes], SummaryAnswer] | None = None

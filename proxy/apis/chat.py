@@ -14,4 +14,5 @@ def _usage(body: bytes) -> tuple[int, int]:
 
 
 API = Api(name="chat", route="/v1/chat/completions", path="/chat/completions",
-          headers=openai_headers, usage=_usage, usage_marker=b'"prompt_tokens"')
+          headers=openai_headers, usage=_usage, usage_marker=b'"prompt_tokens"',
+          stream_end=(b"[DONE]",))

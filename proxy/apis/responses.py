@@ -62,4 +62,6 @@ def summary_answer(raw: bytes) -> SummaryAnswer:
 API = Api(name="responses", route="/v1/responses", path="/responses", headers=openai_headers,
           usage=usage, usage_marker=b'"input_tokens"', read=responses.read,
           check=check_common, keeps_history=keeps_history, answer_kind=("object", "response"),
+          stream_end=(b"response.completed", b"response.failed", b"response.incomplete",
+                      b'"type": "error"', b'"type":"error"'),
           summary_body=summary_body, summary_answer=summary_answer)

@@ -96,7 +96,7 @@ def leg_for(state: ProxyState, api: Api, headers: Mapping[str, str], job: Job, q
     return Leg(_upstream(state, api), api.path, api.headers(headers, job.principal.upstream_key),
                api.name, check=_answer_check(api), usage=api.usage,
                scanner=functools.partial(apis.ApiUsageScanner, api), query=query,
-               shape=api.shape, error_event=api.stream_error)
+               shape=api.shape, error_event=api.stream_error, stream_end=api.stream_end)
 
 
 def _answer_check(api: Api) -> Check:

@@ -50,7 +50,7 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
     leg = Leg(state.upstream, API.path, API.headers(request.headers, job.principal.upstream_key),
               API.name, check=unusable_completion, usage=API.usage, scanner=UsageScanner,
-              observe=state.metrics.upstream_chat.observe)
+              observe=state.metrics.upstream_chat.observe, stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)
 
 

@@ -90,7 +90,8 @@ class Leg:
     """One API's upstream leg. ``shape`` puts the proxy's own error answers in the API's shape;
     ``check`` refuses a whole 200 that is not that API's answer; ``usage`` reads (prompt,
     cached) tokens off a whole answer, ``scanner`` off a stream; ``error_event`` ends a broken
-    stream (OpenAI's when ``None``); ``observe`` times the upstream leg, when given."""
+    stream (OpenAI's when ``None``), ``stream_end`` marks the events that end a whole one;
+    ``observe`` times the upstream leg, when given."""
 
     upstream: Upstream
     path: str
@@ -103,6 +104,7 @@ class Leg:
     shape: Callable[[web.Response], web.Response] = _same
     error_event: bytes | None = None
     observe: Callable[[float], None] | None = None
+    stream_end: tuple[bytes, ...] = ()
 
 
 async def forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport,
@@ -159,8 +161,8 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
     extra = report.headers()
     if job.request.stream and resp.status == 200 and is_event_stream(resp):
         scanner = leg.scanner()
-        check = None if is_encoded(resp) else EventCheck(on_line=scanner.line,
-                                                            only=scanner.marker)
+        check = None if is_encoded(resp) else EventCheck(
+            on_line=scanner.line, only=scanner.marker, terminal=leg.stream_end)
         out = await sink.stream(resp, extra, report.sse_comment(), check, leg.upstream,
                                 leg.error_event)
         await _record(state, job, report, (scanner.prompt_tokens, scanner.cached_tokens))

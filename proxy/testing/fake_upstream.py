@@ -281,6 +281,8 @@ class FakeUpstream:
         for i, event in enumerate(events):
             if i == 1 and mode == "reset":
                 return cut(request, resp)
+            if i == 1 and mode == "early_end":  # a clean end of the body, the stream unfinished
+                break
             if i == 1 and mode == "bad_sse":
                 await resp.write(BAD_EVENT)
             await write(resp, event, mode)

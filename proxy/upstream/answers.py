@@ -95,14 +95,18 @@ class EventCheck:
     client never gets part of an event. A line longer than ``MAX_LINE`` is let through
     unchecked. After a bad line ``bad`` is set and nothing more is returned. ``on_line`` sees
     each good complete line, without its line break (the usage scanner); with ``only``, just
-    the lines that contain it.
+    the lines that contain it. ``terminal``: the markers of the events that end the API's
+    stream (``[DONE]``, ``message_stop``...); ``finished`` says whether one went out (always
+    true without markers).
     """
 
     MAX_LINE = 1 << 20
 
     def __init__(self, on_line: Callable[[bytes], None] | None = None,
-                 only: bytes = b"") -> None:
+                 only: bytes = b"", terminal: tuple[bytes, ...] = ()) -> None:
         self.bad = False
+        self.finished = not terminal
+        self._terminal = terminal
         self.open_event = False  # a data line went out and the event's blank line did not yet
         self._on_line = on_line
         self._only = only
@@ -116,12 +120,18 @@ class EventCheck:
         end = data.rfind(b"\n") + 1
         good = self._check(data, end)
         if self.bad:
-            return data[:good]
+            return self._seen(data[:good])
         self._partial = data[end:]
         if len(self._partial) <= self.MAX_LINE:
-            return data[:end]
+            return self._seen(data[:end])
         self._partial, self._unchecked = b"", True
-        return data
+        return self._seen(data)
+
+    def _seen(self, out: bytes) -> bytes:
+        """``out`` (complete lines: a marker is never split), noting a terminal event in it."""
+        if not self.finished and out:
+            self.finished = any(t in out for t in self._terminal)
+        return out
 
     def flush(self) -> bytes:
         """At the end of the stream: the held last line (one with no line break), when good."""
@@ -131,7 +141,7 @@ class EventCheck:
         if rest and not self._unchecked and not self._good(rest):
             self.bad = True
             return b""
-        return rest
+        return self._seen(rest)
 
     def _check(self, data: bytes, end: int) -> int:
         """Check the lines of ``data[:end]``; the offset where the good ones end. A block with no

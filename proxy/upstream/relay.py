@@ -166,6 +166,9 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
     finally:
         if tracked is not None:
             tracked.discard(resp)
+    if outcome == "end" and check is not None and not check.finished:
+        log.warning("upstream stream ended without its final event on %s", request.path)
+        outcome = "broken"
     if outcome == "end":
         # Quietly: an SDK may hang up as soon as it read [DONE], before the end of the body.
         await _write_quietly(out, scrubber.flush() if scrubber is not None else b"")

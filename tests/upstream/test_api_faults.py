@@ -41,3 +41,26 @@ def test_a_non_json_upstream_error_is_in_the_apis_shape(
         assert body["error"]["code"] == "upstream_non_json_error"
         assert body["error"]["message"].startswith(message)
     assert "x-context-compaction" in resp.headers
+
+
+@pytest.mark.parametrize(("path", "ending"), [
+    ("/v1/chat/completions", b'data: {"error": '),
+    (MESSAGES, b"event: error\ndata: "),
+    (RESPONSES, b'data: {"error": ')])
+def test_a_stream_that_ends_before_its_final_event_ends_with_the_apis_error_event(
+        make_harness: Callable[..., Harness], path: str, ending: bytes) -> None:
+    # The body ended cleanly (no reset): only the missing final event ([DONE], message_stop,
+    # response.completed) says the answer is partial; the client must not take it as whole.
+    fake = FakeUpstream(faults=[Fault(mode="early_end", status=200, path=path)])
+    h = make_harness(fake=fake)
+    key = h.create_key("acme")
+    body = BODIES.get(path, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    resp = requests.post(h.base_url + path.removeprefix("/v1"), timeout=30,
+                         json={**body, "stream": True}, headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 200
+    last = resp.content.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+    assert last.startswith(ending), resp.content[-300:]
+    whole = requests.post(h.base_url + path.removeprefix("/v1"), timeout=30,
+                          json={**body, "stream": True},
+                          headers={"Authorization": f"Bearer {key}"})  # the fault is spent
+    assert b"upstream stream ended" not in whole.content

@@ -23,7 +23,8 @@ class Fault:
     event). "truncated_json": a complete answer holding half the JSON. "drip": the body written
     in pieces of ``DRIP_BYTES``, ``DRIP_PAUSE_S`` apart. "bad_sse": a stream with a data line
     that is not JSON after its first event. "early_end": a stream whose body ends cleanly after
-    its first event, without the API's final one. "huge": a chat answer of ``HUGE_CHARS`` characters.
+    its first event, without the API's final one. "huge": a chat answer of ``HUGE_CHARS``
+    characters.
     "reset", "truncated_json" and "drip" shape the normal answer when ``status`` is 200 and no
     ``body`` is given, else the error body; "" (no mode) answers ``body`` (JSON) as before.
     "echo", "echo_drip", "echo_gzip", "echo_huge": an answer that echoes the request's key in a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ class Fault:
     characters.
     "reset", "truncated_json" and "drip" shape the normal answer when ``status`` is 200 and no
     ``body`` is given, else the error body; "" (no mode) answers ``body`` (JSON) as before.
+    "echo_gzip_stream": a gzip-compressed chat stream that echoes the key in its first event.
     "echo", "echo_drip", "echo_gzip", "echo_huge": an answer that echoes the request's key in a
     header and in its JSON body (a chat completion for a 200 on chat), whole, written in pieces
     of a few bytes, gzip-compressed, or padded past ``HUGE_CHARS``.
@@ -113,9 +115,28 @@ def cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
     return resp
 
 
+async def echo_stream(request: web.Request, key: str) -> web.StreamResponse:
+    """A gzip-compressed chat stream whose first event holds ``key``, one compressed piece per
+    event (so each event is readable as it comes)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Content-Encoding": "gzip"})
+    await resp.prepare(request)
+    packer = zlib.compressobj(wbits=31)  # gzip framing
+    chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": {"content": f"you sent {key}"},
+                          "finish_reason": None}]}
+    for event in (b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"):
+        await resp.write(packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH))
+    await resp.write(packer.flush())
+    await resp.write_eof()
+    return resp
+
+
 async def echo(request: web.Request, fault: Fault) -> web.StreamResponse:
     """An answer that gives the request's key away, shaped by ``fault.mode`` (see ``Fault``)."""
     key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if fault.mode == "echo_gzip_stream":
+        return await echo_stream(request, key)
     if fault.status >= 400:
         payload: Any = {"error": {"message": f"invalid key {key}", "type": "auth_error",
                                   "param": None, "code": None}}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Literal
 
@@ -154,13 +155,16 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
     headers = response_headers(resp.headers, secret=secret.decode() if secret else None)
     if extra_headers:
         headers.update(extra_headers)
+    scrubber = Scrubber(secret, resp.headers.get("Content-Encoding", "")) if secret else None
+    if scrubber is not None and scrubber.decodes:  # relayed decoded, to be scrubbed
+        headers.popall("Content-Encoding", None)
+        headers.popall("Content-Length", None)
     out = web.StreamResponse(status=resp.status, headers=headers)
     await out.prepare(request)
     if preamble:
         await out.write(preamble)
     if tracked is not None:  # ``Upstream.end_streams`` can end it when the server stops
         tracked.add(resp)
-    scrubber = Scrubber(secret) if secret else None
     try:
         outcome = await _pump(request, out, resp, check, scrubber)
     finally:
@@ -185,7 +189,11 @@ async def _pump(request: web.Request, out: web.StreamResponse, resp: aiohttp.Cli
     while chunk := await _next_chunk(request, resp):
         data = check.feed(chunk) if check is not None else chunk
         if scrubber is not None:
-            data = scrubber.feed(data)
+            try:
+                data = scrubber.feed(data)
+            except zlib.error:
+                log.warning("upstream stream does not decode as it says on %s", request.path)
+                return "broken"
         if data and not await _write(out, resp, data):
             return "gone"
         if check is not None and check.bad:

@@ -4,7 +4,7 @@ Upstreams (and the gateways in front of them) echo credentials in error pages, d
 and the like. Every answer the proxy relays passes here first when it holds an upstream key.
 A streamed body is scrubbed as it goes: each chunk is written at once except, at its very end, a
 piece that could be the start of the key (so a key split across two chunks is still caught),
-which waits for the next chunk. A compressed whole body is looked into too.
+which waits for the next chunk. A compressed body is looked into too, whole or streamed.
 """
 
 from __future__ import annotations
@@ -15,14 +15,32 @@ REDACTED = b"[redacted]"
 MAX_DECODED = 8 << 20  # a compressed body is looked into up to this many bytes
 
 
-class Scrubber:
-    """Removes ``secret`` from a body fed chunk by chunk; ``flush`` at the end."""
+DECODED = ("gzip", "x-gzip", "deflate")  # what is looked into, whole or streamed
 
-    def __init__(self, secret: bytes) -> None:
+
+def _decoder(coding: str) -> zlib._Decompress:
+    return zlib.decompressobj(47 if coding != "deflate" else 15)  # 47: gzip or zlib header
+
+
+class Scrubber:
+    """Removes ``secret`` from a body fed chunk by chunk; ``flush`` at the end. A body whose
+    ``encoding`` is one of ``DECODED`` is decoded as it goes (then ``decodes``: it is relayed
+    decoded, without its Content-Encoding), so a key in a compressed stream is caught too; a
+    chunk that does not decode raises ``zlib.error``."""
+
+    def __init__(self, secret: bytes, encoding: str = "") -> None:
         self.secret = secret
         self._held = b""
+        coding = encoding.strip().lower()
+        self._decoder = _decoder(coding) if coding in DECODED else None
+
+    @property
+    def decodes(self) -> bool:
+        return self._decoder is not None
 
     def feed(self, chunk: bytes) -> bytes:
+        if self._decoder is not None:
+            chunk = self._decoder.decompress(chunk)
         data = self._held + chunk
         if self.secret in data:
             data = data.replace(self.secret, REDACTED)
@@ -56,12 +74,10 @@ def scrub_whole(body: bytes, secret: bytes, encoding: str) -> tuple[bytes, bool]
     if secret in body:
         return body.replace(secret, REDACTED), False
     coding = encoding.strip().lower()
-    if coding not in ("gzip", "x-gzip", "deflate"):
+    if coding not in DECODED:
         return body, False
     try:
-        wbits = 47 if coding != "deflate" else 15  # 47: gzip or zlib header, detected
-        decoder = zlib.decompressobj(wbits)
-        plain = decoder.decompress(body, MAX_DECODED)
+        plain = _decoder(coding).decompress(body, MAX_DECODED)
     except zlib.error:
         return body, False
     if secret not in plain:

@@ -67,3 +67,16 @@ def test_the_upstream_key_never_reaches_a_client_a_log_or_metrics(
     assert secret not in caplog.text
     assert secret.encode() not in h.state.metrics.render()
     assert got_status < 500 or data.startswith(b"{") or b"data:" in data
+
+
+@pytest.mark.parametrize("route", ["chat-stream", "catch-all"])
+def test_a_gzip_stream_echoing_the_key_is_relayed_decoded_and_scrubbed(
+        make_harness: Any, route: str) -> None:
+    # The stream scrubber looks into a compressed stream as the whole-body one does.
+    method, path, body, upstream_path = ROUTES[route]
+    fake = FakeUpstream(faults=[Fault(mode="echo_gzip_stream", path=upstream_path, times=-1)])
+    h = make_harness(fake=fake)
+    got_status, headers, data = call(h, h.create_key(), method, path, body)
+    assert got_status == 200 and "Content-Encoding: gzip" not in headers
+    assert h.upstream_key.encode() not in data and b"you sent [redacted]" in data
+    assert data.rstrip().endswith(b"data: [DONE]")

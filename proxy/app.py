@@ -111,16 +111,18 @@ async def policy_context(app: web.Application) -> AsyncIterator[None]:
 async def _end_streams_in_time(app: web.Application) -> None:
     """``on_shutdown``: aiohttp lets open requests finish for the shutdown grace, then cuts
     their connections. Half a second before that, end every relayed stream with an SSE error
-    event instead, so a client sees a clean error rather than a cut."""
+    event, and answer every request still waiting for a whole upstream answer 503 in its API's
+    shape (``x-should-retry: true``), so a client sees a clean error rather than a cut."""
     state, grace = app[STATE], app[SETTINGS].shutdown_grace_s
 
     def end() -> None:
         ended = state.upstream.end_streams() + state.anthropic.end_streams()
+        for upstream in (state.upstream, state.anthropic):
+            upstream.end_waits()  # whole answers still awaited: 503, retry elsewhere
         if ended:
             log.warning("shutting down: ended %d open stream(s) with an error event", ended)
 
-    if state.upstream.streams or state.anthropic.streams:
-        asyncio.get_running_loop().call_later(max(0.0, grace - 0.5), end)
+    asyncio.get_running_loop().call_later(max(0.0, grace - 0.5), end)
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -62,10 +62,13 @@ class ApiError(Exception):
     def response(self, headers: Mapping[str, str] | None = None) -> web.Response:
         """The error as an answer. A refusal that asking again cannot change (a 4xx other than
         408 and 429) says ``x-should-retry: false``, which the OpenAI SDKs honour: without it
-        they retry a 409 twice, for the same answer."""
+        they retry a 409 twice, for the same answer; a 503 (shutting down, the store away)
+        says ``true``."""
         out = dict(headers or {})
         if 400 <= self.status < 500 and self.status not in RETRYABLE:
             out.setdefault("x-should-retry", "false")
+        elif self.status == 503:  # the proxy cannot serve it now; it (or another) soon will
+            out.setdefault("x-should-retry", "true")
         return web.Response(
             status=self.status,
             body=json.dumps(self.body()).encode(),

@@ -7,6 +7,7 @@ Faults become ``ApiError``: a refused or broken connection is 502, no first byte
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
@@ -74,6 +75,22 @@ class Upstream:
         self.metrics = metrics  # time to first byte and errors of every call, when given
         self._session: aiohttp.ClientSession | None = None
         self.streams: set[aiohttp.ClientResponse] = set()  # answers being relayed as they come
+        self.stopping = False  # shutting down: what still waits is answered 503 (end_waits)
+        self._closing: asyncio.Future[None] | None = None
+
+    def end_waits(self) -> None:
+        """Shutting down: every request still waiting for the upstream (its headers or its whole
+        body) ends now, as the ``SHUTTING_DOWN`` 503 (a client may retry it elsewhere), and so
+        does any request made after this."""
+        self.stopping = True
+        if self._session is not None and self._session.connector is not None:
+            closing = self._session.connector.close()
+            if closing is not None:  # kept: a task nobody holds may be collected unfinished
+                self._closing = asyncio.ensure_future(closing)
+
+    def shutting_down(self) -> ApiError:
+        return ApiError(503, "The proxy is shutting down: send the request again.",
+                        code="shutting_down", type_="server_error")
 
     def end_streams(self) -> int:
         """Close every upstream answer being relayed as a stream: each relay then ends its
@@ -122,6 +139,8 @@ class Upstream:
             raise ApiError(504, "The upstream model did not answer in time.",
                            code="upstream_timeout") from None
         except aiohttp.ClientError as e:
+            if self.stopping:
+                raise self.shutting_down() from None
             self._failed(route, "unreachable")
             raise ApiError(502, f"Could not reach the upstream model: {type(e).__name__}.",
                            code="upstream_unreachable") from None

@@ -136,7 +136,8 @@ async def relay_whole(upstream: Upstream, resp: aiohttp.ClientResponse,
     try:
         body = await read_body(resp, cap)
     except ApiError as e:
-        return error_response(e, extra_headers)
+        return error_response(upstream.shutting_down() if upstream.stopping else e,
+                              extra_headers)
     return answer_whole(upstream, resp, body, extra_headers, check)
 
 

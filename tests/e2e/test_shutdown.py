@@ -20,6 +20,7 @@ import pytest
 
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.faults import Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 2.0
@@ -100,3 +101,93 @@ def test_sigterm_ends_open_streams_with_an_error_within_the_grace(
         assert store.list_keys()[0].org == "acme"
     finally:
         store.close()
+
+
+@pytest.fixture
+def stalled_upstream() -> Iterator[str]:
+    """A fake whose whole answers on the three APIs take half a minute, on its own loop."""
+    fake = FakeUpstream(faults=[Fault(delay_s=30.0, path=p, times=-1) for p in (
+        "/v1/chat/completions", "/v1/messages", "/v1/responses")])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    url = asyncio.run_coroutine_threadsafe(fake.start(), loop).result(10)
+    yield url
+
+    async def stop() -> None:  # its answers still sleep: end them, then stop it
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.sleep(0.1)
+        await fake.stop()
+
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+WHOLE = {"/v1/chat/completions": {"model": "gpt-4o",
+                                  "messages": [{"role": "user", "content": "hi"}]},
+         "/v1/messages": {"model": "m", "max_tokens": 8,
+                          "messages": [{"role": "user", "content": "hi"}]},
+         "/v1/responses": {"model": "m", "input": "hi"}}
+
+
+def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
+        stalled_upstream: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "CONTEXT_PROXY_UPSTREAM_URL": stalled_upstream,
+           "CONTEXT_PROXY_ANTHROPIC_URL": stalled_upstream,
+           "CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-0001",
+           "CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"), "CONTEXT_PROXY_PORT": str(port),
+           "CONTEXT_PROXY_SHUTDOWN_GRACE_S": str(GRACE_S),
+           "CONTEXT_PROXY_POLICIES": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    created = subprocess.run([sys.executable, "-m", "proxy.cli", "keys", "create", "--org",
+                              "acme"], env=env, cwd=ROOT, capture_output=True, check=True)
+    key = json.loads(created.stdout)["key"]
+    with (tmp_path / "serve.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve"], env=env,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+
+    def ask(path: str) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("POST", path, json.dumps(WHOLE[path]),
+                         {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            answers[path] = (resp.status, dict(resp.getheaders()), resp.read())
+        finally:
+            conn.close()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        threads = [threading.Thread(target=ask, args=(p,)) for p in WHOLE]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # all three are waiting for the upstream now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=GRACE_S + 10)  # a bound against a hang; the answers below say when
+        for t in threads:
+            t.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    # Each was answered by the proxy before aiohttp's cut at the grace (a cut has no answer).
+    assert set(answers) == set(WHOLE)
+    for path, (status, headers, body) in answers.items():
+        assert status == 503 and headers.get("x-should-retry") == "true", (path, status, body)
+        shape = json.loads(body)
+        if path == "/v1/messages":
+            assert shape["type"] == "error"
+        else:
+            assert shape["error"]["code"] == "shutting_down"

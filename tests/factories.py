@@ -27,6 +27,15 @@ WORDS = (
 ).split()
 
 
+# A tool as the Messages API (``TOOL``) and the Responses API (``FUNCTION``) declare it, and a
+# text long enough to pass a provider's 1,024-token cache floor.
+LONG = "The build log says: " + "compiling module ok; " * 400
+TOOL = {"name": "read_file", "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+FUNCTION = {"type": "function", "name": "read_file", "description": "Read a file",
+            "parameters": TOOL["input_schema"]}
+
+
 def words(n: int, seed: int = 0) -> str:
     """About ``n`` tokens of deterministic filler text (one common word per token)."""
     rng = random.Random(seed)

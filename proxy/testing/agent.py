@@ -55,6 +55,14 @@ TOOLS: list[dict[str, Any]] = [
     for name, desc in [("read_file", "Read a file"), ("run_tests", "Run the test suite"),
                        ("grep", "Search the code"), ("write_todos", "Replace the plan")]]
 """The schemas of every tool ``agent_turn`` calls; each takes one string argument, ``arg``."""
+RESPONSES_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+     "parameters": t["function"]["parameters"]} for t in TOOLS]
+"""``TOOLS`` as the Responses API declares them."""
+MESSAGES_TOOLS: list[dict[str, Any]] = [
+    {"name": t["function"]["name"], "description": t["function"]["description"],
+     "input_schema": t["function"]["parameters"]} for t in TOOLS]
+"""``TOOLS`` as the Anthropic Messages API declares them."""
 
 TOKENS_PER_LINE = 12  # a tool output line: a number and ten words
 

@@ -20,8 +20,7 @@ from proxy.testing.harness import Harness
 MODEL = "claude-agent"
 WINDOW = 32_768
 CONVERSATION = "claude-session"
-TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
-          "input_schema": t["function"]["parameters"]} for t in agent.TOOLS]
+TOOLS = agent.MESSAGES_TOOLS
 # Long thoughts: with masking alone the list still outgrows the trigger, so both stages run.
 SPEC = agent.AgentSpec(thought_words=(300, 450), facts=agent.DEMO.facts)
 SYSTEM = [{"type": "text", "text": agent.SYSTEM, "cache_control": {"type": "ephemeral"}}]

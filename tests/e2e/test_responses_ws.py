@@ -24,9 +24,7 @@ from proxy.testing.harness import Harness
 MODEL = "gpt-agent"
 WINDOW = 32_768
 SPEC = agent.AgentSpec(thought_words=(300, 450), facts=agent.DEMO.facts)
-TOOLS = [{"type": "function", "name": t["function"]["name"],
-          "description": t["function"]["description"],
-          "parameters": t["function"]["parameters"]} for t in agent.TOOLS]
+TOOLS = agent.RESPONSES_TOOLS
 CONVERSATION = {"X-Conversation-Id": "ws-1"}
 
 

@@ -48,6 +48,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def serve(env: dict[str, str], log_path: Path, port: int) -> subprocess.Popen[bytes]:
+    """``context-proxy serve`` with ``env`` (its stderr in ``log_path``), once it listens."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve"], env=env,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def new_key(env: dict[str, str]) -> str:
+    created = subprocess.run([sys.executable, "-m", "proxy.cli", "keys", "create", "--org",
+                              "acme"], env=env, cwd=ROOT, capture_output=True, check=True)
+    return str(json.loads(created.stdout)["key"])
+
+
 def test_sigterm_ends_open_streams_with_an_error_within_the_grace(
         slow_upstream: str, tmp_path: Path, store_target: Callable[[str], Path | str]) -> None:
     port, db = free_port(), tmp_path / "proxy.db"
@@ -55,22 +76,10 @@ def test_sigterm_ends_open_streams_with_an_error_within_the_grace(
            "CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-0001", "CONTEXT_PROXY_DB": str(db),
            "CONTEXT_PROXY_PORT": str(port), "CONTEXT_PROXY_SHUTDOWN_GRACE_S": str(GRACE_S),
            "CONTEXT_PROXY_POLICIES": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    created = subprocess.run([sys.executable, "-m", "proxy.cli", "keys", "create", "--org",
-                              "acme"], env=env, cwd=ROOT, capture_output=True, check=True)
-    key = json.loads(created.stdout)["key"]
-    with (tmp_path / "serve.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve"], env=env,
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    key = new_key(env)
+    proc = serve(env, tmp_path / "serve.log", port)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
         conn.request("POST", "/v1/chat/completions", json.dumps({
             "model": "gpt-4o", "stream": True,
             "messages": [{"role": "user", "content": "count"}]}),
@@ -143,12 +152,8 @@ def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
            "CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"), "CONTEXT_PROXY_PORT": str(port),
            "CONTEXT_PROXY_SHUTDOWN_GRACE_S": str(GRACE_S),
            "CONTEXT_PROXY_POLICIES": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    created = subprocess.run([sys.executable, "-m", "proxy.cli", "keys", "create", "--org",
-                              "acme"], env=env, cwd=ROOT, capture_output=True, check=True)
-    key = json.loads(created.stdout)["key"]
-    with (tmp_path / "serve.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve"], env=env,
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    key = new_key(env)
+    proc = serve(env, tmp_path / "serve.log", port)
     answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
 
     def ask(path: str) -> None:
@@ -162,14 +167,6 @@ def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
             conn.close()
 
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
         threads = [threading.Thread(target=ask, args=(p,)) for p in WHOLE]
         for t in threads:
             t.start()

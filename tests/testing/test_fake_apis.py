@@ -12,16 +12,12 @@ import openai
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from factories import FUNCTION, LONG, TOOL
 
 from proxy.testing.fake_apis import as_chat
 from proxy.testing.fake_upstream import FakeUpstream
 
 Client = TestClient[web.Request, web.Application]
-LONG = "The build log says: " + "compiling module ok; " * 400  # past the 1,024-token cache floor
-TOOL = {"name": "read_file", "description": "Read a file",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-FUNCTION = {"type": "function", "name": "read_file", "description": "Read a file",
-            "parameters": TOOL["input_schema"]}
 
 
 def calls_once(body: dict[str, Any]) -> dict[str, Any]:

@@ -13,17 +13,13 @@ import anthropic
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from factories import FUNCTION, LONG, TOOL
 
 from proxy.testing.fake_apis import MESSAGES, RESPONSES, as_chat, sign_thinking
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.strict_apis import check_messages
 
 Client = TestClient[web.Request, web.Application]
-LONG = "The build log says: " + "compiling module ok; " * 400  # past the 1,024-token cache floor
-TOOL = {"name": "read_file", "description": "Read a file",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-FUNCTION = {"type": "function", "name": "read_file", "description": "Read a file",
-            "parameters": TOOL["input_schema"]}
 TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}
 RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello"}
 MID_SYSTEM = "mid-conversation-tool-changes-2026-07-01"

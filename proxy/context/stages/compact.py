@@ -72,7 +72,6 @@ class CompactionPlan:
     trigger_tokens: int
     keep_budget: int
     summary_max_tokens: int
-    estimated_tokens_after: int
     forced: bool = False
     new_messages: int = 0  # summarized messages that are not earlier summaries
     new_tokens: int = 0  # their tokens: how much new there is to summarize
@@ -201,12 +200,10 @@ def plan_compaction(
     taken = set(preserved)
     summarize = tuple(i for i in range(cut) if i not in taken)
     new = [i for i in summarize if not is_summary(messages[i])]
-    after = sum(tokens[i] for i in preserved) + sum(tokens[cut:]) + overhead + \
-        (summary_max + SUMMARY_FRAME_TOKENS if summarize else 0)
     return CompactionPlan(
         cut=cut, preserved=preserved, summarize=summarize, keep_start=max(keep_start, cut),
         window=w, tokens_before=total, trigger_tokens=trigger, keep_budget=budget,
-        summary_max_tokens=summary_max, estimated_tokens_after=after, forced=force,
+        summary_max_tokens=summary_max, forced=force,
         new_messages=len(new), new_tokens=sum(tokens[i] for i in new),
     )
 

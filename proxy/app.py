@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy import console
 from proxy.auth import Authenticator
 from proxy.context.api_summarizer import api_summarizers
+from proxy.context.checked import CheckedLists
 from proxy.context.learned import LearnedWindows
 from proxy.context.records import Records
 from proxy.context.service import ContextService, upstream_summarizers
@@ -23,7 +24,6 @@ from proxy.context.tokens import TokenCounter
 from proxy.context.window import WindowResolver
 from proxy.http import admin, apis, chat, conversations, ops, relay, rerank, responses_ws
 from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
-from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
 from proxy.policy.watch import watch

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from proxy.auth import Authenticator
+from proxy.context.checked import CheckedLists
 from proxy.context.service import ContextService
-from proxy.http.parse import CheckedLists
 from proxy.metrics import Metrics
 from proxy.policy.service import PolicyService
 from proxy.settings import Settings

@@ -201,3 +201,65 @@ def test_test_folders_are_not_packages_and_test_names_are_unique() -> None:
     assert sorted(str(p.relative_to(ROOT)) for p in tests.rglob("__init__.py")) == []
     names = Counter(p.name for p in tests.rglob("*.py"))
     assert {name: n for name, n in names.items() if n > 1} == {}
+
+
+# The layers of the package, lowest first: a module may import its own package and the layers
+# below its own, never one beside or above it. The pure adapters of ``proxy.context`` sit below
+# the API modules that name them; the stages are part of ``proxy.context``.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("proxy.errors", "proxy.metrics"),
+    ("proxy.store",),
+    ("proxy.policy",),
+    ("proxy.settings", "proxy.auth"),
+    ("proxy.upstream",),
+    ("proxy.context.adapters",),
+    ("proxy.apis",),
+    ("proxy.context", "proxy.rerank"),
+    ("proxy.state",),
+    ("proxy.http", "proxy.console"),
+    ("proxy.app",),
+    ("proxy.testing",),
+    ("proxy.cli",),
+)
+
+
+def layer_of(module: str) -> tuple[int, str] | None:
+    """(rank, package) of a module of ``proxy``; ``None`` for the package itself."""
+    for rank, packages in enumerate(LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return rank, package
+    return None
+
+
+def upward_imports(modules: Mapping[str, Path]) -> list[str]:
+    found = []
+    for name, path in sorted(modules.items()):
+        mine = layer_of(name)
+        if mine is None:
+            continue
+        for imported in sorted(imports_of(path.read_text(), name, path.name == "__init__.py",
+                                          modules)):
+            theirs = layer_of(imported)
+            if theirs is not None and theirs[1] != mine[1] and theirs[0] >= mine[0]:
+                found.append(f"{name} imports {imported}")
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [n for n in MODULES if n != "proxy" and layer_of(n) is None] == []
+
+
+def test_no_module_imports_a_layer_beside_or_above_its_own() -> None:
+    assert upward_imports(MODULES) == []
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    # A store module that reached up into the HTTP handlers would be reported.
+    (tmp_path / "proxy" / "store").mkdir(parents=True)
+    (tmp_path / "proxy" / "http").mkdir()
+    for name in ("__init__.py", "store/__init__.py", "http/__init__.py", "http/parse.py"):
+        (tmp_path / "proxy" / name).write_text("")
+    (tmp_path / "proxy" / "store" / "rows.py").write_text("from proxy.http import parse\n")
+    found = upward_imports(package_modules(tmp_path))
+    assert found == ["proxy.store.rows imports proxy.http.parse"]

@@ -71,7 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_recall_audit(args: argparse.Namespace) -> int:
-    from proxy.rerank.audit import run_cli
+    from proxy.cli.recall_audit import run_cli
 
     return run_cli(args)
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--port", type=int, default=0,
                    help="with --serve: the proxy's port (default: one the OS picks)")
     d.set_defaults(fn=cmd_demo)
-    from proxy.rerank.audit import add_arguments as add_recall_audit_arguments
+    from proxy.cli.recall_audit import add_arguments as add_recall_audit_arguments
 
     ra = sub.add_parser("recall-audit", help="recall@k of fused (BM25 + semantic) retrieval "
                         "against exact search, before enabling rerank")

@@ -11,13 +11,12 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proxy.apis import APIS
+from proxy.apis import APIS, calls
 from proxy.auth import Principal
 from proxy.context.adapters import Adapted
 from proxy.context.stages.summary import Prompt, SummaryFailed
 from proxy.context.summarizer import Answer, Summarizer
 from proxy.errors import ApiError
-from proxy.upstream import apis
 from proxy.upstream.client import Upstream
 from proxy.upstream.completion import CompletionFailed
 
@@ -47,7 +46,7 @@ def api_summarizers(upstreams: Mapping[str, Upstream],
             body = payload(adapted, model, messages, max_tokens, cached=bool(tools))
             try:
                 async with asyncio.timeout(timeout_s):
-                    got = await apis.call(upstream, APIS[adapted.api], principal.upstream_key,
+                    got = await calls.call(upstream, APIS[adapted.api], principal.upstream_key,
                                           body,
                                           {**adapted.headers, **(headers(principal) or {})})
             except TimeoutError:

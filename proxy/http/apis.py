@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.apis import ADAPTED
+from proxy.apis import ADAPTED, calls
 from proxy.apis.base import Api
 from proxy.auth import Principal
 from proxy.context import manual
@@ -27,7 +27,6 @@ from proxy.errors import ApiError, bad_request
 from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
-from proxy.upstream import apis
 from proxy.upstream.client import Upstream, current_key
 from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
 
@@ -75,7 +74,7 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
         adapted: Adapted = api.read(body)
     except AdapterError as e:
         raise bad_request(str(e), param=e.param, code="invalid_message_sequence") from None
-    adapted = replace(adapted, headers=apis.api_headers(headers))
+    adapted = replace(adapted, headers=calls.api_headers(headers))
     chat = ChatRequest(raw, body, adapted.messages, body["model"], adapted.tools,
                        body.get("stream") is True, adapted=adapted)
     enabled = state.settings.manual_compaction
@@ -95,7 +94,7 @@ def leg_for(state: ProxyState, api: Api, headers: Mapping[str, str], job: Job, q
     """The API's upstream leg for ``job``, with the client's ``headers`` as the API wants them."""
     return Leg(_upstream(state, api), api.path, api.headers(headers, job.principal.upstream_key),
                api.name, check=_answer_check(api), usage=api.usage,
-               scanner=functools.partial(apis.ApiUsageScanner, api), query=query,
+               scanner=functools.partial(calls.ApiUsageScanner, api), query=query,
                shape=api.shape, error_event=api.stream_error, stream_end=api.stream_end)
 
 

@@ -8,9 +8,10 @@ import orjson
 import pytest
 from factories import assistant, system, tool_call, tool_result, tool_turn, user
 
+from proxy.context.checked import CheckedLists
 from proxy.errors import ApiError
 from proxy.http import parse
-from proxy.http.parse import CheckedLists, check_chat
+from proxy.http.parse import check_chat
 
 
 def chat(messages: list[Any], checked: CheckedLists) -> Any:

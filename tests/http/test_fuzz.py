@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgtest import fresh_schema, on_postgres
 
+from proxy.context.checked import CheckedLists
 from proxy.errors import ApiError
-from proxy.http.parse import CheckedLists, check_chat, parse_json_object
+from proxy.http.parse import check_chat, parse_json_object
 from proxy.testing.harness import Harness
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2000"))

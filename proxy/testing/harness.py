@@ -108,6 +108,16 @@ class Harness:
 
         self.call(asyncio.wait_for(idle(), timeout), timeout + 1)
 
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the ``/metrics`` samples named ``name`` with these ``labels``, read once
+        the proxy is idle (``settle``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.settle()
+        text = self.state.metrics.render().decode()
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
         return self.state.store.create_key(org, user)[1]
 

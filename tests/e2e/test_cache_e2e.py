@@ -12,8 +12,6 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from proxy.context.identity import conversation_key
 from proxy.context.stages.messages import is_summary
 from proxy.policy.model import validate_layer
@@ -66,16 +64,6 @@ def cached(usage: dict[str, Any]) -> int:
     return int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
 
 
-def metric(h: Harness, name: str, **labels: str) -> float:
-    h.settle()  # the last answer's usage is booked after the client has it
-    for family in text_string_to_metric_families(h.state.metrics.render().decode()):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v
-                                           for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
-
-
 def test_prefix_kept_matches_what_the_cache_serves(make_harness: Any, sdk: Any) -> None:
     model, script = "gpt-4o-w64k", Script()
     h = make_harness(fake=FakeUpstream(models={model: 64_000}, responder=script.respond))
@@ -94,12 +82,12 @@ def test_prefix_kept_matches_what_the_cache_serves(make_harness: Any, sdk: Any) 
             assert kept >= int(before.main["prompt_tokens"]) - 3 - 1  # all of it was kept
     assert compared > 40 and 2 <= steps <= 8
     calls = [t.main for t in played] + [s for t in played for s in t.summaries]
-    assert metric(h, "context_proxy_upstream_prompt_tokens_total", model=model) == \
+    assert h.metric("context_proxy_upstream_prompt_tokens_total", model=model) == \
         sum(u["prompt_tokens"] for u in calls)
-    assert metric(h, "context_proxy_upstream_cached_tokens_total", model=model) == \
+    assert h.metric("context_proxy_upstream_cached_tokens_total", model=model) == \
         sum(cached(u) for u in calls)
-    assert metric(h, "context_proxy_prefix_rewrites_total", stage="mask") == steps
-    assert metric(h, "context_proxy_prefix_rewrites_total", stage="compact") == 0
+    assert h.metric("context_proxy_prefix_rewrites_total", stage="mask") == steps
+    assert h.metric("context_proxy_prefix_rewrites_total", stage="compact") == 0
     h.call(h.state.context.records.flush_usage())
     totals = h.state.context.records.usage_totals(conversation_key("acme", "c"))
     assert totals[model]["requests"] == 60
@@ -113,7 +101,7 @@ def test_in_steps_off_rewrites_nearly_every_turn(make_harness: Any, sdk: Any) ->
     h = make_harness(fake=FakeUpstream(models={model: 64_000}, responder=script.respond),
                      platform=PlatformConfig(defaults=layer))
     played = play(h, sdk(h, h.create_key()), script, SPEC, 60, model)
-    rewrites = metric(h, "context_proxy_prefix_rewrites_total", stage="mask")
+    rewrites = h.metric("context_proxy_prefix_rewrites_total", stage="mask")
     over = sum(1 for t in played if int(t.headers["x-context-masked"]) > 0)
     assert rewrites >= over - 2 > 20
 
@@ -147,5 +135,5 @@ def test_a_compacting_session_rides_the_cache_and_keeps_its_facts(make_harness: 
     after = [t for t in played if any(is_summary(m) for m in t.sent)]
     assert after and all(fact in next(m["content"] for m in t.sent if is_summary(m))
                          for t in after)
-    assert metric(h, "context_proxy_prefix_rewrites_total", stage="compact") == \
+    assert h.metric("context_proxy_prefix_rewrites_total", stage="compact") == \
         len(compacted)

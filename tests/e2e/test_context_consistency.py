@@ -5,7 +5,6 @@ refusal that compaction cannot help, and the no-loop wait and its metric."""
 from __future__ import annotations
 
 import logging
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
@@ -38,12 +36,6 @@ def start(make_harness: Maker, tmp_path: Path, yaml: str = "", **fake: Any) -> H
     env = policies(tmp_path, yaml) if yaml else None
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True, **fake),
                         env=env)
-
-
-def metric(h: Harness, name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(h.base_url.removesuffix("/v1") + "/metrics").read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def hellos(n: int) -> str:
@@ -184,4 +176,4 @@ def test_after_insufficient_the_next_summary_waits_for_min_free_ratio(
     dividers = client.get("/conversations/wait/dividers", cast_to=object)["data"]  # type: ignore[index]
     assert len(dividers) == 4
     # Four summaries that could not get under the trigger, not eight requests.
-    assert metric(h, "context_proxy_compactions_total", outcome="insufficient") == 4
+    assert h.metric("context_proxy_compactions_total", outcome="insufficient") == 4

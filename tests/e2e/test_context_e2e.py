@@ -13,7 +13,6 @@ from typing import Any
 
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.context.stages.mask import spill_id as spill_id_of
 from proxy.context.stages.messages import is_summary
@@ -57,16 +56,6 @@ def start(make_harness: Callable[..., Harness], **fake: Any) -> tuple[Harness, S
     h = make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
                                        enforce_windows=True, **fake), env=env, **settings)
     return h, script
-
-
-def metric(h: Harness, name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(h.base_url.removesuffix("/v1") + "/metrics").read().decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
 
 
 def newest_plan_pair(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -193,7 +182,7 @@ def test_failed_summary_fails_open(make_harness, tmp_path: Path, fault: str, sdk
     assert not any(is_summary(m) for m in got)
     assert int(raw.headers["X-Context-Masked"]) > 0 and len(got) == len(messages)
     assert client.get("/conversations/f/dividers", cast_to=object)["data"] == []  # type: ignore[index]
-    assert metric(h, "context_proxy_compactions_total", outcome="failed") == 1
+    assert h.metric("context_proxy_compactions_total", outcome="failed") == 1
     if fault == "timeout":
         h.fake.summary_delay_s = 0.0
     again = client.chat.completions.with_raw_response.create(
@@ -346,18 +335,18 @@ def test_metrics_move_by_the_right_amount(make_harness, sdk) -> None:
     masked = sum(int(r.headers["X-Context-Masked"]) for r in raws)
     assert [r.headers["X-Context-Compaction"] for r in raws] == ["auto", "reused"]
     labels = {"org": "acme", "model": MODEL}
-    assert metric(h, "context_proxy_received_tokens_total", **labels) == before
-    assert metric(h, "context_proxy_sent_tokens_total", **labels) == after
-    assert metric(h, "context_proxy_masked_tool_results_total", org="acme") == masked
-    assert metric(h, "context_proxy_masked_tokens_total", org="acme") > 0
-    assert metric(h, "context_proxy_compactions_total", outcome="auto") == 1
-    assert metric(h, "context_proxy_compactions_total", outcome="reused") == 1
-    assert metric(h, "context_proxy_summarization_duration_seconds_count") == 1
-    assert metric(h, "context_proxy_summarization_output_tokens_total") > 0
-    assert metric(h, "context_proxy_requests_total", route="chat", status_class="2xx") == 2
-    assert metric(h, "context_proxy_request_duration_seconds_count", route="chat") == 2
-    assert metric(h, "context_proxy_upstream_duration_seconds_count", route="chat") == 2
-    assert metric(h, "context_proxy_overhead_seconds_count", route="chat") == 2
+    assert h.metric("context_proxy_received_tokens_total", **labels) == before
+    assert h.metric("context_proxy_sent_tokens_total", **labels) == after
+    assert h.metric("context_proxy_masked_tool_results_total", org="acme") == masked
+    assert h.metric("context_proxy_masked_tokens_total", org="acme") > 0
+    assert h.metric("context_proxy_compactions_total", outcome="auto") == 1
+    assert h.metric("context_proxy_compactions_total", outcome="reused") == 1
+    assert h.metric("context_proxy_summarization_duration_seconds_count") == 1
+    assert h.metric("context_proxy_summarization_output_tokens_total") > 0
+    assert h.metric("context_proxy_requests_total", route="chat", status_class="2xx") == 2
+    assert h.metric("context_proxy_request_duration_seconds_count", route="chat") == 2
+    assert h.metric("context_proxy_upstream_duration_seconds_count", route="chat") == 2
+    assert h.metric("context_proxy_overhead_seconds_count", route="chat") == 2
 
 
 def test_dividers_cli_matches_the_api(make_harness, sdk) -> None:

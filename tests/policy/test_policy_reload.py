@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.testing.harness import Harness
 
@@ -19,12 +17,6 @@ MODEL = "reload-model"
 
 def platform(window: int, extra: str = "") -> str:
     return f"models: {{{MODEL}: {{context_window: {window}}}}}\n{extra}"
-
-
-def metric(h: Harness, name: str) -> float:
-    text = urllib.request.urlopen(h.base_url.removesuffix("/v1") + "/metrics").read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name)
 
 
 def window_seen(client: openai.OpenAI) -> int:
@@ -55,7 +47,7 @@ def test_yaml_change_applies_within_two_seconds_and_broken_file_is_rejected(
     (folder / "platform.yaml").write_text(platform(16_000))
     took = wait_for(lambda: window_seen(client) == 16_000, 2.0)
     assert all(window_seen(client) == 16_000 for _ in range(5))  # and it stays
-    assert metric(h, "context_proxy_policy_reloads_total") == 1
+    assert h.metric("context_proxy_policy_reloads_total") == 1
     print(f"\nYAML change in force after {took:.2f} s")
 
     # An organization file added beside platform.yaml is picked up the same way.
@@ -77,12 +69,12 @@ def test_yaml_change_applies_within_two_seconds_and_broken_file_is_rejected(
         ("platform.yaml", platform(64_000, "bounds: {compaction.trigger_ratio: {max: 7}}\n"),
          "bounds.compaction.trigger_ratio.max"),
     ]
-    errors = metric(h, "context_proxy_policy_reload_errors_total")
+    errors = h.metric("context_proxy_policy_reload_errors_total")
     for name, text, key in broken:
         caplog.clear()
         (folder / name).write_text(text)
         errors += 1
-        wait_for(lambda e=errors: metric(h, "context_proxy_policy_reload_errors_total") == e,
+        wait_for(lambda e=errors: h.metric("context_proxy_policy_reload_errors_total") == e,
                  2.0)
         lines = [r.getMessage() for r in caplog.records if r.name == "context_proxy.policy"
                  and r.levelno >= logging.ERROR]
@@ -92,7 +84,7 @@ def test_yaml_change_applies_within_two_seconds_and_broken_file_is_rejected(
         if name != "platform.yaml":
             (folder / name).unlink()
     time.sleep(0.8)  # a broken file is logged once, not on every poll
-    assert metric(h, "context_proxy_policy_reload_errors_total") == errors
+    assert h.metric("context_proxy_policy_reload_errors_total") == errors
 
     (folder / "platform.yaml").write_text(platform(24_000))  # fixed: applies again
     wait_for(lambda: window_seen(client) == 24_000, 2.0)

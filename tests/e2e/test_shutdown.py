@@ -113,7 +113,7 @@ def test_sigterm_ends_open_streams_with_an_error_within_the_grace(
 
 
 @pytest.fixture
-def stalled_upstream() -> Iterator[str]:
+def stalled_upstream() -> Iterator[tuple[str, FakeUpstream]]:
     """A fake whose whole answers on the three APIs take half a minute, on its own loop."""
     fake = FakeUpstream(faults=[Fault(delay_s=30.0, path=p, times=-1) for p in (
         "/v1/chat/completions", "/v1/messages", "/v1/responses")])
@@ -121,7 +121,7 @@ def stalled_upstream() -> Iterator[str]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     url = asyncio.run_coroutine_threadsafe(fake.start(), loop).result(10)
-    yield url
+    yield url, fake
 
     async def stop() -> None:  # its answers still sleep: end them, then stop it
         for task in asyncio.all_tasks():
@@ -144,10 +144,10 @@ WHOLE = {"/v1/chat/completions": {"model": "gpt-4o",
 
 
 def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
-        stalled_upstream: str, tmp_path: Path) -> None:
+        stalled_upstream: tuple[str, FakeUpstream], tmp_path: Path) -> None:
+    url, fake = stalled_upstream
     port = free_port()
-    env = {**os.environ, "CONTEXT_PROXY_UPSTREAM_URL": stalled_upstream,
-           "CONTEXT_PROXY_ANTHROPIC_URL": stalled_upstream,
+    env = {**os.environ, "CONTEXT_PROXY_UPSTREAM_URL": url, "CONTEXT_PROXY_ANTHROPIC_URL": url,
            "CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-upstream-0001",
            "CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"), "CONTEXT_PROXY_PORT": str(port),
            "CONTEXT_PROXY_SHUTDOWN_GRACE_S": str(GRACE_S),
@@ -163,6 +163,8 @@ def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
                          {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
             resp = conn.getresponse()
             answers[path] = (resp.status, dict(resp.getheaders()), resp.read())
+        except OSError as e:  # a cut instead of an answer: reported by the assertions below
+            answers[path] = (0, {}, repr(e).encode())
         finally:
             conn.close()
 
@@ -170,7 +172,10 @@ def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
         threads = [threading.Thread(target=ask, args=(p,)) for p in WHOLE]
         for t in threads:
             t.start()
-        time.sleep(1.0)  # all three are waiting for the upstream now
+        deadline = time.monotonic() + 60
+        while len(fake.requests) < len(WHOLE):  # all three are waiting for the upstream now
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=GRACE_S + 10)  # a bound against a hang; the answers below say when
         for t in threads:

@@ -16,6 +16,7 @@ from proxy.console.chart import chart
 from proxy.console.session import COOKIE, PATH
 from proxy.console.web import (
     SESSIONS,
+    SIGNOUTS,
     Refused,
     page,
     render,
@@ -26,6 +27,7 @@ from proxy.console.web import (
 )
 from proxy.policy.rows import key_counts
 from proxy.state import STATE
+from proxy.store import StoreUnavailable
 
 
 @page
@@ -54,7 +56,11 @@ async def login(request: web.Request) -> web.StreamResponse:
 @page
 async def logout(request: web.Request) -> web.StreamResponse:
     session, _ = await require_write(request)
-    request.app[SESSIONS].end(session)
+    try:
+        await request.app[SIGNOUTS].sign_out(session)
+    except StoreUnavailable:
+        raise Refused(503, "Not signed out: the proxy's store is unavailable, so other "
+                      "replicas would still accept this session. Try again shortly.") from None
     resp = web.HTTPSeeOther(PATH + "login?signed_out=1")
     resp.del_cookie(COOKIE, path=PATH)
     raise resp

@@ -16,7 +16,8 @@ from aiohttp import web
 from proxy.console import pages, policy
 from proxy.console.session import PATH, Sessions
 from proxy.console.signouts import Refresher
-from proxy.console.web import SESSIONS, SIGNOUTS, static
+from proxy.console.throttle import SignInThrottle
+from proxy.console.web import SESSIONS, SIGNOUTS, THROTTLE, static
 from proxy.state import STATE
 
 
@@ -35,6 +36,7 @@ def add_routes(app: web.Application, admin_token: str) -> None:
     """Register the console's routes; call only when an admin token is configured (after the
     app's resources: the sign-outs need the store)."""
     app[SESSIONS] = Sessions(admin_token)
+    app[THROTTLE] = SignInThrottle()
     app.cleanup_ctx.append(_signouts)
     app.router.add_get(PATH + "static/{name}", static, name="console_static")
     pages.add_routes(app)

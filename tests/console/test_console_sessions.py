@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+import pytest
 from console_support import TOKEN, Console
 
 from proxy.console.session import COOKIE
@@ -71,3 +72,54 @@ def test_sign_out_purges_sessions_that_expired(console: Console) -> None:
                       timeout=30).status_code == 303
     assert [r[0] for r in store.read("SELECT nonce FROM console_signouts")] == [
         cookie.split(".")[1]]
+
+
+def test_wrong_sign_ins_are_throttled_and_then_even_the_right_token_waits(
+        console: Console, caplog: pytest.LogCaptureFixture) -> None:
+    with httpx.Client(base_url=console.ui, timeout=30) as c:
+        statuses = [c.post("login", data={"token": f"wrong-{i}"}).status_code
+                    for i in range(100)]
+        assert statuses[0] == 401 and statuses[-1] == 429
+        assert set(statuses) == {401, 429}
+        refused = c.post("login", data={"token": TOKEN})  # the right token: still 429
+        assert refused.status_code == 429 and "set-cookie" not in refused.headers
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert "Try again in" in refused.text
+    warnings = [r for r in caplog.records if "console sign-in throttled" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    metrics = httpx.get(console.base + "/metrics", timeout=30).text
+    throttled = re.search(r'context_proxy_console_signins_throttled_total\{scope="address"\} '
+                          r'(\d+)', metrics)
+    assert throttled and int(throttled[1]) == statuses.count(429) + 1
+
+
+def test_forwarded_addresses_count_only_from_a_trusted_front_end(
+        start_console: Callable[..., Console]) -> None:
+    behind = start_console(CONTEXT_PROXY_TRUSTED_PROXIES="127.0.0.1")
+    with httpx.Client(base_url=behind.ui, timeout=30) as c:
+        for _ in range(20):
+            c.post("login", data={"token": "wrong"}, headers={"X-Forwarded-For": "203.0.113.7"})
+        assert c.post("login", data={"token": "wrong"}, headers={
+            "X-Forwarded-For": "203.0.113.7"}).status_code == 429
+        # Another client behind the same front end is not held up by the first one's guesses.
+        assert c.post("login", data={"token": TOKEN}, headers={
+            "X-Forwarded-For": "198.51.100.1, 127.0.0.1"}).status_code == 303
+    direct = start_console(CONTEXT_PROXY_TRUSTED_PROXIES="10.0.0.0/8")
+    with httpx.Client(base_url=direct.ui, timeout=30) as c:  # a made-up address each time
+        statuses = [c.post("login", data={"token": "wrong"}, headers={
+            "X-Forwarded-For": f"203.0.113.{i}"}).status_code for i in range(20)]
+        assert statuses[-1] == 429
+
+
+@pytest.mark.parametrize(("trusted", "secure"), [("127.0.0.1", True), ("10.0.0.0/8, ::1", False),
+                                                 ("", False)])
+def test_the_cookie_is_secure_behind_a_trusted_tls_front_end(
+        start_console: Callable[..., Console], trusted: str, secure: bool) -> None:
+    console = start_console(CONTEXT_PROXY_TRUSTED_PROXIES=trusted)
+    resp = httpx.post(console.ui + "login", data={"token": TOKEN}, timeout=30,
+                      headers={"X-Forwarded-Proto": "https"})
+    assert resp.status_code == 303
+    attributes = {a.strip().lower() for a in resp.headers["set-cookie"].split(";")[1:]}
+    assert ("secure" in attributes) is secure
+    plain = httpx.post(console.ui + "login", data={"token": TOKEN}, timeout=30)
+    assert "secure" not in plain.headers["set-cookie"].lower()

@@ -12,6 +12,7 @@ import pytest
 from console_support import TOKEN, Console
 
 from proxy.console.session import COOKIE
+from proxy.console.throttle import SignInThrottle
 
 WITHIN_S = 2.0
 
@@ -123,3 +124,17 @@ def test_the_cookie_is_secure_behind_a_trusted_tls_front_end(
     assert ("secure" in attributes) is secure
     plain = httpx.post(console.ui + "login", data={"token": TOKEN}, timeout=30)
     assert "secure" not in plain.headers["set-cookie"].lower()
+
+
+def test_throttle_refills_counts_ipv6_by_its_64_and_has_a_total() -> None:
+    t = SignInThrottle(per_address=(3, 6.0), total=(5, 100.0))
+    for _ in range(3):
+        assert t.refused("2001:db8::1", now=0.0) is None
+        t.wrong_token("2001:db8::1", now=0.0)
+    assert t.refused("2001:db8::ffff", now=0.0) == ("address", 6)  # the same /64
+    assert t.refused("2001:db8::1", now=3.0) == ("address", 3)
+    assert t.refused("2001:db8::1", now=6.0) is None  # one more try after 6 s
+    t.wrong_token("192.0.2.1", now=6.0)
+    t.wrong_token("192.0.2.2", now=6.0)
+    assert t.refused("192.0.2.3", now=6.0) == ("total", 94)  # 5 wrong from all: paused
+    assert t.refused("192.0.2.3", now=100.0) is None

@@ -146,6 +146,11 @@ class Metrics:
             "Time from sending a request upstream to its answer's headers, by route: chat, "
             "relay, rerank, and summary or models for the proxy's own calls.", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r)
+        self.console_signins_throttled = Counter(
+            "context_proxy_console_signins_throttled_total",
+            "Console sign-ins refused with 429, by scope: address (too many wrong tokens from "
+            "one client address) or total (from all addresses together).", ["scope"],
+            registry=r)
         self.upstream_errors = Counter(
             "context_proxy_upstream_errors_total",
             "Upstream calls that failed, by route and status: the HTTP status of an answer "

@@ -91,6 +91,25 @@ def check_host(value: str, name: str) -> str:
     return host
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def check_trusted_proxies(raw: str | None) -> tuple[Network, ...]:
+    """``CONTEXT_PROXY_TRUSTED_PROXIES``: comma-separated addresses or CIDRs of the front ends
+    whose ``X-Forwarded-Proto``/``-For`` are believed (unset: none)."""
+    found = []
+    for part in (raw or "").split(","):
+        text = part.strip()
+        if not text:
+            continue
+        try:
+            found.append(ipaddress.ip_network(text))
+        except ValueError as e:
+            raise ConfigError(f"environment: CONTEXT_PROXY_TRUSTED_PROXIES: not an IP address "
+                              f"or CIDR: {text!r} ({e})") from None
+    return tuple(found)
+
+
 def _http_url(value: str, name: str) -> str:
     url = value.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
@@ -120,6 +139,7 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
     log_format: str = "text"
+    trusted_proxies: tuple[Network, ...] = ()  # front ends whose X-Forwarded-* are believed
     platform: PlatformConfig = field(default_factory=PlatformConfig)
 
     @property
@@ -175,6 +195,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         shutdown_grace_s=_env_number("CONTEXT_PROXY_SHUTDOWN_GRACE_S", env, 8.0),
         platform=platform,
         log_format=log_format,
+        trusted_proxies=check_trusted_proxies(env.get("CONTEXT_PROXY_TRUSTED_PROXIES")),
     )
     values.update(overrides)
     return Settings(**values)

@@ -38,3 +38,13 @@ def test_bad_environment_names_the_variable(env: dict[str, str]) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(env)
     assert next(iter(env)) in str(info.value)
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    s = load_settings({"CONTEXT_PROXY_TRUSTED_PROXIES": " 10.0.0.1, 192.168.0.0/16,,::1 "})
+    assert [str(n) for n in s.trusted_proxies] == ["10.0.0.1/32", "192.168.0.0/16", "::1/128"]
+    assert load_settings({}).trusted_proxies == ()
+    for bad in ("10.0.0.300", "example.com", "10.0.0.1/8"):
+        with pytest.raises(ConfigError) as info:
+            load_settings({"CONTEXT_PROXY_TRUSTED_PROXIES": bad})
+        assert "CONTEXT_PROXY_TRUSTED_PROXIES" in str(info.value) and bad in str(info.value)

@@ -49,7 +49,8 @@ def _old_database(path: Path) -> sqlite_utils.Database:
 def test_new_migrations_are_appended_after_the_released_ones() -> None:
     assert [name for name, _ in MIGRATIONS] == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
-        "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases"]
+        "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
+        "009_console_signouts"]
 
 
 def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
@@ -67,7 +68,8 @@ def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) ->
         assert column in _columns(db, table)
 
     assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals",
-                           "006_truncated_summaries", "007_usage_hourly", "008_leases"]
+                           "006_truncated_summaries", "007_usage_hourly", "008_leases",
+                           "009_console_signouts"]
 
     for table, column in DROPPED.items():
         assert column not in _columns(db, table)

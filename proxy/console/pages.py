@@ -6,6 +6,7 @@ The overview and the conversation pages first write the usage counted in memory
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import quote
 
@@ -14,8 +15,11 @@ from aiohttp import web
 from proxy.console import queries
 from proxy.console.chart import chart
 from proxy.console.session import COOKIE, PATH
+from proxy.console.throttle import client_address, over_tls
 from proxy.console.web import (
     SESSIONS,
+    SIGNOUTS,
+    THROTTLE,
     Refused,
     page,
     render,
@@ -26,6 +30,9 @@ from proxy.console.web import (
 )
 from proxy.policy.rows import key_counts
 from proxy.state import STATE
+from proxy.store import StoreUnavailable
+
+log = logging.getLogger("context_proxy")
 
 
 @page
@@ -36,25 +43,55 @@ async def login_page(request: web.Request) -> web.StreamResponse:
                   signed_out=request.query.get("signed_out") == "1")
 
 
+def _throttled(request: web.Request, address: str) -> web.Response | None:
+    """A 429 page when sign-in is throttled for ``address`` (or for all), else None."""
+    refused = request.app[THROTTLE].refused(address)
+    if refused is None:
+        return None
+    scope, retry_s = refused
+    request.app[STATE].metrics.console_signins_throttled.labels(scope).inc()
+    resp = render(request, "login.html", status=429, signed_out=False,
+                  error=f"Too many wrong tokens; sign-in is paused. Try again in {retry_s} s.")
+    resp.headers["Retry-After"] = str(retry_s)
+    return resp
+
+
 @page
 async def login(request: web.Request) -> web.StreamResponse:
+    """Sign in. Once wrong tokens have tripped the throttle, every sign-in from that address
+    (or from all, for the total) is a 429, the right token's too, until ``Retry-After``."""
+    trusted = request.app[STATE].settings.trusted_proxies
+    address = client_address(request, trusted)
+    throttled = _throttled(request, address)
+    if throttled is not None:
+        return throttled
     form = await request.post()
     token = form.get("token")
     sessions = request.app[SESSIONS]
     if not isinstance(token, str) or not token or not sessions.admin_token_matches(token):
+        request.app[THROTTLE].wrong_token(address)
+        tripped = request.app[THROTTLE].refused(address)
+        if tripped is not None:  # this one tripped it: one line per trip, not per refusal
+            log.warning("console sign-in throttled for %s s: too many wrong admin tokens %s",
+                        tripped[1], f"from {address}" if tripped[0] == "address"
+                        else "from all addresses together")
         return render(request, "login.html", status=401, signed_out=False,
                       error="That is not the admin token (CONTEXT_PROXY_ADMIN_TOKEN).")
     cookie, _ = sessions.issue()
     resp = web.HTTPSeeOther(PATH)
     resp.set_cookie(COOKIE, cookie, max_age=sessions.ttl_s, path=PATH, httponly=True,
-                    samesite="Strict", secure=request.secure)
+                    samesite="Strict", secure=over_tls(request, trusted))
     raise resp
 
 
 @page
 async def logout(request: web.Request) -> web.StreamResponse:
     session, _ = await require_write(request)
-    request.app[SESSIONS].end(session)
+    try:
+        await request.app[SIGNOUTS].sign_out(session)
+    except StoreUnavailable:
+        raise Refused(503, "Not signed out: the proxy's store is unavailable, so other "
+                      "replicas would still accept this session. Try again shortly.") from None
     resp = web.HTTPSeeOther(PATH + "login?signed_out=1")
     resp.del_cookie(COOKIE, path=PATH)
     raise resp

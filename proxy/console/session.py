@@ -1,10 +1,12 @@
 """Console sessions and CSRF tokens, signed with a key derived from the admin token.
 
 A session is a cookie ``<expiry>.<nonce>.<signature>`` (HttpOnly, SameSite=Strict, Path
-``/admin/ui/``, Max-Age = the session's life). Nothing is stored server-side except the nonces
-of sessions signed out before their expiry, so a cookie made by one replica is good on another,
-and changing the admin token ends every session at once. A form's CSRF token is an HMAC of the
-session's nonce: it holds for that session only, and is stale once the session ends.
+``/admin/ui/``, Max-Age = the session's life; Secure over TLS). Nothing is stored server-side
+except the nonces of sessions signed out before their expiry (in the store, read into memory by
+``proxy.console.signouts``), so a cookie made by one replica is good on another, a signed-out
+one is refused by all, and changing the admin token ends every session at once. A form's CSRF
+token is an HMAC of the session's nonce: it holds for that session only, and is stale once the
+session ends.
 """
 
 from __future__ import annotations
@@ -74,8 +76,15 @@ class Sessions:
         return bool(given) and hmac.compare_digest(str(given), self.csrf_token(session))
 
     def end(self, session: Session) -> None:
-        """Sign a session out: its cookie and CSRF token are refused from now on."""
+        """Sign a session out here: its cookie and CSRF token are refused from now on (the
+        store's record of it is ``proxy.console.signouts``' business)."""
         now = int(time.time())
         if len(self._revoked) >= _MAX_REVOKED:
             self._revoked = {n: e for n, e in self._revoked.items() if e > now}
         self._revoked[session.nonce] = session.expires_at
+
+    def adopt(self, revoked: dict[str, int]) -> None:
+        """Take the sign-outs read from the store. A sign-out is never undone, so the ones
+        already known stay until they expire (one made here while the store was read is kept)."""
+        now = int(time.time())
+        self._revoked = {**{n: e for n, e in self._revoked.items() if e > now}, **revoked}

@@ -20,9 +20,13 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from proxy.console.session import COOKIE, PATH, Session, Sessions
+from proxy.console.signouts import Refresher
+from proxy.console.throttle import SignInThrottle
 from proxy.policy.layers import LayerWriteError, check_target
 
 SESSIONS: web.AppKey[Sessions] = web.AppKey("console_sessions", Sessions)
+SIGNOUTS: web.AppKey[Refresher] = web.AppKey("console_signouts", Refresher)
+THROTTLE: web.AppKey[SignInThrottle] = web.AppKey("console_throttle", SignInThrottle)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")

@@ -85,6 +85,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         f"expires_at {_REAL} NOT NULL)",
         f"CREATE TABLE learned_windows (model text PRIMARY KEY, tokens bigint NOT NULL, "
         f"learned_at {_REAL})"]),
+    ("009_console_signouts", [
+        f"CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at {_REAL} NOT NULL)",
+        "CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at)",
+        "INSERT INTO meta (name, value) VALUES ('signouts_version', 0)"]),
 ]
 
 

@@ -124,6 +124,15 @@ def _m008_leases(db: sqlite_utils.Database) -> None:
                                        pk="model", not_null={"tokens"})
 
 
+def _m009_console_signouts(db: sqlite_utils.Database) -> None:
+    # Console sessions signed out before their expiry (the cookie is refused on every replica
+    # until then); a row is purged once the session would have expired anyway.
+    db.table("console_signouts").create({"nonce": str, "expires_at": float}, pk="nonce",
+                                        not_null={"expires_at"})
+    db.table("console_signouts").create_index(["expires_at"])
+    db.table("meta").insert({"name": "signouts_version", "value": 0})
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -133,6 +142,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("006_truncated_summaries", _m006_truncated_summaries),
     ("007_usage_hourly", _m007_usage_hourly),
     ("008_leases", _m008_leases),
+    ("009_console_signouts", _m009_console_signouts),
 ]
 
 

@@ -127,6 +127,9 @@ class Harness:
         return self
 
     def stop(self) -> None:
+        """Stop the proxy and the fake upstream (again: nothing to do, so a test may restart)."""
+        if self.loop.is_closed():
+            return
         try:
             self.call(self._stop())
         finally:

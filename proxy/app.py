@@ -59,6 +59,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     background = [asyncio.create_task(_purge_spills(store, context.records)),
                   asyncio.create_task(_flush_usage(context.records))]
     yield
+    await context.preparer.close()  # leases released; a summary not stored whole is not stored
     for task in background:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)

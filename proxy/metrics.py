@@ -82,6 +82,13 @@ class Metrics:
         self.summary_tokens = Counter(
             "context_proxy_summarization_output_tokens_total",
             "Tokens of the summaries written.", registry=r)
+        self.prepared = Counter(
+            "context_proxy_summaries_prepared_total",
+            "Summaries prepared in the background, by what became of them: used, unused "
+            "(replaced or not fitting when the trigger was crossed), failed, insufficient "
+            "(no gain).", ["outcome"], registry=r)
+        for outcome in ("used", "unused", "failed", "insufficient"):
+            self.prepared.labels(outcome)
 
         # --- the provider's prompt cache (SPEC sections 4-6) ---
         self.upstream_prompt_tokens = Counter(

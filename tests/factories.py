@@ -6,7 +6,10 @@ import itertools
 import json
 import random
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from proxy.context.compaction import compact
 from proxy.context.offload import run_inline
@@ -167,3 +170,21 @@ async def compact_list(
         return replace(unchanged, summary_calls=done.calls)
     return Compaction(done.status, done.messages, before, done.tokens_after, done.summary, plan,
                       done.calls)
+
+
+def synchronous(platform_yaml: str = "") -> str:
+    """``platform_yaml`` (a policies folder's ``platform.yaml``) with background preparation
+    off (``compaction.prepare_ratio: 1.0``) unless it sets a ratio: the request that crosses
+    the trigger compacts and waits for its summary, the path these tests are about."""
+    data = yaml.safe_load(platform_yaml) or {}
+    compaction = data.setdefault("defaults", {}).setdefault("compaction", {})
+    compaction.setdefault("prepare_ratio", 1.0)
+    return str(yaml.safe_dump(data))
+
+
+def synchronous_policies(folder: Path, platform_yaml: str = "") -> dict[str, str]:
+    """The environment of a proxy whose policies folder is ``folder`` with ``synchronous``'s
+    platform file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "platform.yaml").write_text(synchronous(platform_yaml))
+    return {"CONTEXT_PROXY_POLICIES": str(folder)}

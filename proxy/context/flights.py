@@ -63,11 +63,15 @@ class Flights:
             self.records.adopt(found.stored)
         return found
 
+    def holding(self, conversation: str, phash: str
+                ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Keep the claimed lease of the prefix alive for the body's duration (``hold``)."""
+        return self.hold(lease_name(conversation, phash))
+
     @contextlib.asynccontextmanager
-    async def holding(self, conversation: str, phash: str) -> AsyncIterator[None]:
-        """Keep the claimed lease alive for the body's duration, then release it (a release
-        that fails leaves it to run out)."""
-        name = lease_name(conversation, phash)
+    async def hold(self, name: str) -> AsyncIterator[None]:
+        """Keep the claimed lease ``name`` alive for the body's duration, then release it (a
+        release that fails leaves it to run out)."""
 
         async def renew() -> None:
             while True:

@@ -182,25 +182,28 @@ class Records:
         The sequence number is allocated inside the write transaction, so compactions of one
         conversation made at the same moment (requests of different lengths, each a prefix of
         its own) are numbered one after the other instead of colliding."""
-        made = time.time()
-        div_id = "div_" + secrets.token_hex(8)
-
         def write(tx: Tx) -> CompactionRecord:
             tx.lock(f"conversation {conversation}")  # replicas number one at a time
-            self._touch(tx, org, conversation)
-            row = tx.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
-                [conversation]).fetchone()
-            rec = CompactionRecord(id=div_id, conversation=conversation, seq=int(row[0]),
-                                   created_at=made, **values)
-            stored = asdict(rec)
-            stored["preserved"] = json.dumps(list(rec.preserved))
-            stored["truncated"] = int(rec.truncated)
-            tx.execute(f"INSERT INTO compactions ({', '.join(stored)}) "
-                       f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))
-            return rec
+            return self.insert_compaction(tx, org, conversation, **values)
 
         return self.adopt(await self.store.write(write))
+
+    def insert_compaction(self, tx: Tx, org: str, conversation: str, **values: Any
+                          ) -> CompactionRecord:
+        """Store a compaction in the caller's transaction, which holds the conversation's
+        lock (on any thread: caches nothing)."""
+        self._touch(tx, org, conversation)
+        row = tx.execute(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
+            [conversation]).fetchone()
+        rec = CompactionRecord(id="div_" + secrets.token_hex(8), conversation=conversation,
+                               seq=int(row[0]), created_at=time.time(), **values)
+        stored = asdict(rec)
+        stored["preserved"] = json.dumps(list(rec.preserved))
+        stored["truncated"] = int(rec.truncated)
+        tx.execute(f"INSERT INTO compactions ({', '.join(stored)}) "
+                   f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))
+        return rec
 
     @staticmethod
     def _touch(tx: Tx, org: str, conversation: str) -> None:

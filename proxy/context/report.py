@@ -38,6 +38,7 @@ class ContextReport:
     retried: str | None = None
     notes: Mapping[str, str] = field(default_factory=dict)  # further headers, as they are
     window_source: str = "fallback"
+    summary_wait_ms: int = 0  # how long the request waited for a summary (0: it did not)
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,
@@ -47,7 +48,8 @@ class ContextReport:
              "X-Context-Window-Source": self.window_source,
              "X-Context-Masked": str(self.masked),
              "X-Context-Compaction": self.outcome,
-             "X-Context-Prefix-Kept": str(self.prefix_kept)}
+             "X-Context-Prefix-Kept": str(self.prefix_kept),
+             "X-Context-Summary-Wait-Ms": str(self.summary_wait_ms)}
         if self.divider is not None:
             h["X-Context-Divider-Id"] = self.divider.id
         if self.retried:

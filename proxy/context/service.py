@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -25,10 +26,12 @@ from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
 from proxy.context.offload import offload_for
+from proxy.context.prepare import Preparer, preparing
+from proxy.context.prepared import PreparedStore
 from proxy.context.records import CompactionRecord, Records
 from proxy.context.report import ContextReport, Outcome
 from proxy.context.stages.messages import prefix_hash
-from proxy.context.stages.plan import Plan, kept_tokens, plan, sent_before
+from proxy.context.stages.plan import Plan, Prior, kept_tokens, plan, sent_before
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.summarizer import Summarizer, upstream_summarizer
@@ -68,6 +71,10 @@ def upstream_summarizers(upstream: Upstream,
     return make
 
 
+def _ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
+
+
 class ContextService:
     def __init__(self, *, counter: TokenCounter, windows: WindowResolver, records: Records,
                  metrics: Metrics, policies: PolicyService,
@@ -84,6 +91,8 @@ class ContextService:
         self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
         self.flights = Flights(records)  # the same, across processes sharing the store
+        self.preparer = Preparer(PreparedStore(records, self.flights.owner), self.flights,
+                                 metrics, self.summarized)
 
     # --- prepare --------------------------------------------------------------------------------
 
@@ -134,15 +143,67 @@ class ContextService:
             await self.records.add_spills(job.principal.org, job.key, p.mask.masked,
                                           job.policy.masking.spill_retention)
         if p.action == "summarize":
-            report = await self._compact(job, p, retried)
+            report = await self._at_trigger(job, p, retried)
         else:
             report = self._report(job, p, "insufficient" if p.action == "insufficient"
                                   else ("reused" if p.view.prior else "none"), retried)
+            if not job.force and retried is None:
+                self.preparer.consider(job, p)
         self._observe(job, report, p)
         return report
 
-    def _plan(self, job: Job, prior: CompactionRecord | None, force: bool | None = None
-              ) -> Plan:
+    async def _at_trigger(self, job: Job, p: Plan, retried: str | None) -> ContextReport:
+        """A request past the trigger: apply the prepared summary; else, while the request
+        fits the window as it is, send it so and prepare one; else wait for the one being
+        prepared, or compact inline (a manual compaction and an overflow retry always do)."""
+        if job.force or retried is not None or not preparing(job.policy):
+            return await self._waited(job, p, retried)
+        applied = await self._apply_prepared(job, p, retried)
+        if applied is not None:
+            return applied
+        if p.tokens_after_mask <= job.scope.compaction_window:
+            self.preparer.start(job, p)
+            return self._report(job, p, "reused" if p.view.prior else "none", retried)
+        started = time.perf_counter()
+        running = self.preparer.running(job.key)
+        if running is not None:
+            await asyncio.wait([running], timeout=job.policy.compaction.summary_timeout_s)
+            applied = await self._apply_prepared(job, p, retried)
+            if applied is not None:
+                return replace(applied, summary_wait_ms=_ms_since(started))
+        return await self._waited(job, p, retried, started)
+
+    async def _waited(self, job: Job, p: Plan, retried: str | None,
+                      started: float | None = None) -> ContextReport:
+        """Compact inline: the request waits for the summary (``X-Context-Summary-Wait-Ms``)."""
+        started = time.perf_counter() if started is None else started
+        report = await self._compact(job, p, retried)
+        return replace(report, summary_wait_ms=_ms_since(started))
+
+    async def _apply_prepared(self, job: Job, p: Plan, retried: str | None
+                              ) -> ContextReport | None:
+        """The report of ``p``'s request with the conversation's prepared summary applied as
+        a reused one is (no wait), or None when there is none for it or the result would still
+        be over the trigger (then it is dropped, counted unused)."""
+        prep = await self.preparer.usable(job)
+        if prep is None:
+            return None
+        shared = await job.offload(self._plan, job, prep, False)
+        if shared.view.prior is not prep or shared.action != "forward":
+            await self.preparer.unused(prep)
+            return None
+        record, made = await self.preparer.store.apply(
+            job.principal.org, prep, job.reported(p.tokens_before),
+            job.reported(shared.tokens_after_mask))
+        self.history.verify(job.key, (prep.prefix_hash, prep.covered))
+        if not made:  # another request (or replica) applied it first
+            return self._report(job, shared, "reused", retried, before=p)
+        self.metrics.prepared.labels("used").inc()
+        self.metrics.summary_tokens.inc(prep.summary_tokens)
+        self.metrics.prefix_rewrites.labels("compact").inc()
+        return self._report(job, shared, "auto", retried, divider=record, before=p)
+
+    def _plan(self, job: Job, prior: Prior | None, force: bool | None = None) -> Plan:
         """The pure plan, from the conversation's last request where the messages repeat it
         (blocking: runs where ``job.offload`` says)."""
         req = job.request
@@ -230,10 +291,11 @@ class ContextService:
         shared = await job.offload(self._plan, job, record, False)
         return self._report(job, shared, "reused", retried, before=p)
 
-    async def _summarize(self, job: Job, p: Plan, phash: str, retried: str | None
-                         ) -> tuple[ContextReport, CompactionRecord | None]:
-        cp = job.policy.compaction
-        summary_model = cp.summary_model or job.request.model
+    async def summarized(self, job: Job, p: Plan) -> tuple[Compacted, str]:
+        """The summary a compaction of ``p`` makes (on the request's cached prefix when the
+        request's model summarizes) and the model that wrote it; its calls are counted.
+        Raises ``SummaryFailed``, ``TimeoutError`` or ``ValueError`` when none was made."""
+        summary_model = job.policy.compaction.summary_model or job.request.model
         summary_scope = Scope(job.scope.policy,
                               await self.windows.window(summary_model, job.policy),
                               self.counter, summary_model)
@@ -244,14 +306,20 @@ class ContextService:
             done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
                                  self._summarizer(job, summary_model), summary_scope,
                                  job.offload, riding)
-        except (SummaryFailed, TimeoutError, ValueError) as e:
-            log.warning("compaction failed for a conversation of %s: %s", job.principal.org, e)
-            return self._report(job, p, "failed", retried), None
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
         for answer in done.answers:  # paid for, whether the summary is used or not
             self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
                                  summary=True)
+        return done, summary_model
+
+    async def _summarize(self, job: Job, p: Plan, phash: str, retried: str | None
+                         ) -> tuple[ContextReport, CompactionRecord | None]:
+        try:
+            done, summary_model = await self.summarized(job, p)
+        except (SummaryFailed, TimeoutError, ValueError) as e:
+            log.warning("compaction failed for a conversation of %s: %s", job.principal.org, e)
+            return self._report(job, p, "failed", retried), None
         if not done.gain:
             return self._report(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)

@@ -58,6 +58,7 @@ class CompactionPolicy:
         ProtectedRule(marker="<recent_notes>"),
     )
     summary_role: str = "user"
+    prepare_ratio: float = 0.70  # summaries prepared in the background from here; >= trigger: off
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("compaction.pinned_tools", _D.compaction.pinned_tools, _str_list),
         FieldSpec("compaction.protected", _D.compaction.protected, _protected),
         FieldSpec("compaction.summary_role", _D.compaction.summary_role, _role),
+        FieldSpec("compaction.prepare_ratio", _D.compaction.prepare_ratio, _ratio, True),
         FieldSpec("rerank.enabled", _D.rerank.enabled, _bool),
         FieldSpec("rerank.keep", _D.rerank.keep, _int_min(1), True),
         FieldSpec("rerank.candidates", _D.rerank.candidates, _int_min(2), True),

@@ -89,6 +89,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         f"CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at {_REAL} NOT NULL)",
         "CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at)",
         "INSERT INTO meta (name, value) VALUES ('signouts_version', 0)"]),
+    ("010_prepared_summaries", [
+        f"CREATE TABLE prepared_summaries (conversation text PRIMARY KEY, "
+        f"prefix_hash text NOT NULL, covered bigint NOT NULL, preserved text NOT NULL, "
+        f"summary text NOT NULL, summary_model text, summary_tokens bigint, "
+        f"truncated bigint NOT NULL DEFAULT 0, created_at {_REAL})"]),
 ]
 
 

@@ -133,6 +133,16 @@ def _m009_console_signouts(db: sqlite_utils.Database) -> None:
     db.table("meta").insert({"name": "signouts_version", "value": 0})
 
 
+def _m010_prepared_summaries(db: sqlite_utils.Database) -> None:
+    # At most one summary per conversation prepared in the background and not yet applied:
+    # written whole once made (a killed process leaves none), dropped when it is applied.
+    db.table("prepared_summaries").create(
+        {"conversation": str, "prefix_hash": str, "covered": int, "preserved": str,
+         "summary": str, "summary_model": str, "summary_tokens": int, "truncated": int,
+         "created_at": float},
+        pk="conversation", not_null={"prefix_hash", "covered", "preserved", "summary"})
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -143,6 +153,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("007_usage_hourly", _m007_usage_hourly),
     ("008_leases", _m008_leases),
     ("009_console_signouts", _m009_console_signouts),
+    ("010_prepared_summaries", _m010_prepared_summaries),
 ]
 
 

@@ -99,11 +99,12 @@ class Harness:
         return self._env["CONTEXT_PROXY_UPSTREAM_API_KEY"]
 
     def settle(self, timeout: float = 30) -> None:
-        """Wait until no request is being handled: an answer reaches its client before the
-        proxy books its usage, so a reader of figures waits for the bookkeeping to end."""
+        """Wait until no request is being handled and no summary is being prepared: an answer
+        reaches its client before the proxy books its usage, so a reader of figures waits for
+        the bookkeeping to end."""
         async def idle() -> None:
-            while any(s.value for m in self.state.metrics.in_flight.collect()
-                      for s in m.samples):
+            while self.state.context.preparer.busy or any(
+                    s.value for m in self.state.metrics.in_flight.collect() for s in m.samples):
                 await asyncio.sleep(0.005)
 
         self.call(asyncio.wait_for(idle(), timeout), timeout + 1)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from console_support import MODEL, Console, sign_in, submit
-from factories import assistant, system, tool_turn, user, words
+from console_support import MODEL, PLATFORM, Console, sign_in, submit
+from factories import assistant, synchronous, system, tool_turn, user, words
 from playwright.sync_api import Page, expect
 
 # The screenshots the README shows: taken on every run, written over the committed ones only
@@ -120,8 +120,9 @@ def _long_conversation() -> list[dict[str, Any]]:
     return messages
 
 
-def test_conversation_shows_its_divider_and_spills(page: Page, console: Console,
+def test_conversation_shows_its_divider_and_spills(page: Page, start_console: Any,
                                                    sdk: Any) -> None:
+    console: Console = start_console(synchronous(PLATFORM))  # the summary made at the trigger
     client: openai.OpenAI = sdk(console.h, console.h.create_key("acme"))
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=_long_conversation(),  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from factories import synchronous_policies
 
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
@@ -26,14 +27,12 @@ Sdk = Callable[[Harness, str], openai.OpenAI]
 
 
 def policies(tmp_path: Path, text: str) -> dict[str, str]:
-    folder = tmp_path / "policies"
-    folder.mkdir(exist_ok=True)
-    (folder / "platform.yaml").write_text(text)
-    return {"CONTEXT_PROXY_POLICIES": str(folder)}
+    """The policies folder ``text`` describes, summaries made at the trigger (not prepared)."""
+    return synchronous_policies(tmp_path / "policies", text)
 
 
 def start(make_harness: Maker, tmp_path: Path, yaml: str = "", **fake: Any) -> Harness:
-    env = policies(tmp_path, yaml) if yaml else None
+    env = policies(tmp_path, yaml)
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True, **fake),
                         env=env)
 

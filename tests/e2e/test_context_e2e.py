@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from factories import synchronous_policies
 
 from proxy.context.stages.mask import spill_id as spill_id_of
 from proxy.context.stages.messages import is_summary
@@ -43,15 +45,13 @@ class Script:
 
 
 def policies(tmp_path: Path, text: str) -> dict[str, str]:
-    folder = tmp_path / "policies"
-    folder.mkdir(exist_ok=True)
-    (folder / "platform.yaml").write_text(text)
-    return {"CONTEXT_PROXY_POLICIES": str(folder)}
+    """The policies folder ``text`` describes, summaries made at the trigger (not prepared)."""
+    return synchronous_policies(tmp_path / "policies", text)
 
 
 def start(make_harness: Callable[..., Harness], **fake: Any) -> tuple[Harness, Script]:
     script = Script()
-    env = fake.pop("env", None)
+    env = fake.pop("env", None) or synchronous_policies(Path(tempfile.mkdtemp()) / "policies")
     settings = fake.pop("settings", {})
     h = make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
                                        enforce_windows=True, **fake), env=env, **settings)

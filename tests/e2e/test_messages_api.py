@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
+from factories import synchronous_policies
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
@@ -45,10 +47,10 @@ def results_message(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def session(make_harness: Callable[..., Harness]) -> tuple[Harness, Script]:
+def session(make_harness: Callable[..., Harness], tmp_path: Path) -> tuple[Harness, Script]:
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
-    return make_harness(fake=fake), script
+    return make_harness(fake=fake, env=synchronous_policies(tmp_path / "policies")), script
 
 
 def client_for(h: Harness) -> anthropic.Anthropic:

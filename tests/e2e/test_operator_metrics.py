@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from factories import synchronous_policies
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import lint_metrics
 
@@ -42,8 +43,7 @@ class Session:
 
     def __init__(self, make_harness: Callable[..., Harness], tmp_path: Path) -> None:
         folder = tmp_path / "policies"
-        folder.mkdir()
-        (folder / "platform.yaml").write_text(POLICY)
+        synchronous_policies(folder, POLICY)
         self.folder = folder
         self.rerank_answer = "[0, 1, 2, 3, 4]"
         self.fake = FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True,

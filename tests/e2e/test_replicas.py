@@ -31,7 +31,8 @@ SPEC = agent.AgentSpec(seed=4, output_tokens=(600, 900), thought_words=(5, 10))
 SUMMARY_TIMEOUT_S = 3.0  # ample for a 0.5 s summary call on a loaded machine
 POLICIES = f"""defaults:
   masking: {{enabled: false}}
-  compaction: {{summary_model: summarizer, summary_timeout_s: {SUMMARY_TIMEOUT_S}}}
+  compaction: {{summary_model: summarizer, summary_timeout_s: {SUMMARY_TIMEOUT_S},
+               prepare_ratio: 1.0}}
   models: {{{MODEL}: 16000, summarizer: 1000000}}
 """
 ADMIN_TOKEN = "admin-replicas-0123456789"

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from factories import synchronous_policies
 
 from proxy.context.adapters.responses import read
 from proxy.testing import agent
@@ -32,10 +34,11 @@ class Script:
 
 
 @pytest.fixture
-def session(make_harness: Callable[..., Harness]) -> tuple[Harness, Script]:
+def session(make_harness: Callable[..., Harness], tmp_path: Path) -> tuple[Harness, Script]:
     script = Script()
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
-                                          stream_chunks=3)), script
+                                          stream_chunks=3),
+                        env=synchronous_policies(tmp_path / "policies")), script
 
 
 def reasoning(turn: int) -> dict[str, Any]:

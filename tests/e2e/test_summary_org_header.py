@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from factories import synchronous_policies
 
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
@@ -24,12 +25,9 @@ NO_MASKING = "defaults:\n  masking: {enabled: false}\n"
 def test_summary_calls_name_the_organization_only_when_the_platform_opts_in(
         make_harness: Callable[..., Harness], tmp_path: Path,
         sdk: Callable[[Harness, str], openai.OpenAI], send: bool) -> None:
-    folder = tmp_path / "policies"
-    folder.mkdir()
-    (folder / "platform.yaml").write_text(
-        f"upstream: {{send_org_header: {str(send).lower()}}}\n" + NO_MASKING)
-    h = make_harness(fake=FakeUpstream(models={MODEL: 32_768}, enforce_windows=True),
-                     env={"CONTEXT_PROXY_POLICIES": str(folder)})
+    env = synchronous_policies(
+        tmp_path / "policies", f"upstream: {{send_org_header: {str(send).lower()}}}\n" + NO_MASKING)
+    h = make_harness(fake=FakeUpstream(models={MODEL: 32_768}, enforce_windows=True), env=env)
     client = sdk(h, h.create_key("acme"))
     messages = agent.conversation(replace(DEMO, seed=5, output_tokens=(1800, 2200)), 14)
     raw = client.chat.completions.with_raw_response.create(

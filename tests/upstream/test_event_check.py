@@ -53,8 +53,7 @@ def test_a_block_is_judged_as_its_lines_are(lines: list[bytes], cuts: list[int])
         _run(LineByLine(on_line=by_line.line, only=UsageScanner.marker), stream, cuts)
     assert block.lines == by_line.lines
     assert all(UsageScanner.marker in line for line in block.lines)
-    assert (block.usage.prompt_tokens, block.usage.cached_tokens) == \
-        (by_line.usage.prompt_tokens, by_line.usage.cached_tokens)
+    assert block.usage.usage == by_line.usage.usage
 
 
 def test_only_filters_the_lines_the_scanner_sees() -> None:

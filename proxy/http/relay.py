@@ -19,7 +19,7 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 
 async def relay_any(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     if request.match_info["tail"].startswith("messages/"):
         # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.
         return await _relay_to(request, state.anthropic, APIS["messages"].headers(

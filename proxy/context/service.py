@@ -217,7 +217,7 @@ class ContextService:
         claim = await self.flights.claim(job.key, phash, p.covered)
         record = claim.stored
         if claim.holder:
-            async with self.flights.holding(job.key, phash):
+            async with self.flights.holding(job.key, phash, claim.leased):
                 return await self._summarize(job, p, phash, retried)
         if record is None:
             record = await self.flights.wait(job.key, phash, p.covered,

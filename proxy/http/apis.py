@@ -33,9 +33,9 @@ from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
 HISTORY = "X-Context-History"
 
 
-def _principal(state: ProxyState, request: web.Request, api: Api) -> Principal:
+async def _principal(state: ProxyState, request: web.Request, api: Api) -> Principal:
     """The caller; with proxy keys, an Anthropic request carries the platform's Anthropic key."""
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     if api.anthropic and state.auth.mode == "proxy_keys":
         principal = replace(principal, upstream_key=state.settings.anthropic_api_key)
     return principal
@@ -50,7 +50,7 @@ async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     relay unmanaged (a history the upstream keeps) or manage and forward."""
     start = time.perf_counter()
     state = request.app[STATE]
-    principal = _principal(state, request, api)
+    principal = await _principal(state, request, api)
     current_key.set(principal.upstream_key)
     raw = await read_body(request, state.settings.max_body_bytes)
     body = parse_json_object(raw)

@@ -114,7 +114,8 @@ class ContextService:
         policy = self.policies.resolve(principal.org, principal.user)
         window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
-        known = self.history.recall(key, request.messages, request.model, request.repeats)
+        known = self.history.recall(key, request.messages, request.model, request.repeats,
+                                    request.shared)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
         # much new text to encode (it releases the GIL) or hashlib a large prefix.
         new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)

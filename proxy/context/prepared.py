@@ -12,14 +12,14 @@ across replicas: the lease ``prepare <conversation>``.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.context.records import CompactionRecord, Records
-from proxy.store import Tx, leases
+from proxy.store import StoreUnavailable, Tx, leases
 
 LEASE_S = 4.0  # as a compaction's lease: a live holder renews it every second
 
@@ -77,12 +77,12 @@ class PreparedStore:
         self.owner = owner
 
     async def load(self, conversation: str) -> PreparedSummary | None:
-        """The conversation's prepared summary (on a shared store the read runs in a thread:
-        a round trip must not hold up the event loop)."""
-        if self.records.shared:
-            row = await asyncio.to_thread(self.store.read_one, _SELECT, [conversation])
-        else:
-            row = self.store.read_one(_SELECT, [conversation])
+        """The conversation's prepared summary (read on a reader thread); None while the store
+        is unreachable too: the request then goes on as if none had been prepared."""
+        try:
+            row = await self.store.run(self.store.read_one, _SELECT, [conversation])
+        except StoreUnavailable:
+            return None
         return _prepared(row) if row else None
 
     async def claim(self, conversation: str) -> PrepareClaim:
@@ -125,7 +125,8 @@ class PreparedStore:
             if stored is not None:
                 return stored, False
             rec = self.records.insert_compaction(
-                tx, org, prep.conversation, kind="auto", prefix_hash=prep.prefix_hash,
+                tx, org, prep.conversation, "div_" + secrets.token_hex(8), time.time(),
+                kind="auto", prefix_hash=prep.prefix_hash,
                 covered=prep.covered, preserved=prep.preserved, summary=prep.summary,
                 summary_model=prep.summary_model, summary_tokens=prep.summary_tokens,
                 tokens_before=tokens_before, tokens_after=tokens_after, status="compacted",
@@ -137,8 +138,12 @@ class PreparedStore:
         return self.records.adopt(rec), made
 
     async def discard(self, prep: PreparedSummary) -> bool:
-        """Drop ``prep`` (it no longer fits the conversation); True when it was still there."""
-        return await self.store.write(self._drop, prep)
+        """Drop ``prep`` (it no longer fits the conversation); True when it was still there
+        (False too while the store is unreachable: the next preparation replaces it)."""
+        try:
+            return await self.store.write(self._drop, prep)
+        except StoreUnavailable:
+            return False
 
     @staticmethod
     def _drop(tx: Tx, prep: PreparedSummary) -> bool:

@@ -12,7 +12,8 @@ the others, the turns that waited for a summary (``X-Context-Summary-Wait-Ms`` >
 calls per compaction, the prepared summaries never used, the cached share and the
 cache-adjusted cost at a cached price of 0.1 as a ratio to the synchronous design's.
 
-    .venv/bin/python bench/compaction_latency.py --only 40x32k --summary-s 1.5 --answer-s 0.4
+    .venv/bin/python bench/compaction_latency.py --only 40x32k --summary-s 1.5 --answer-s 0.4 \
+        --prepare-ratio 0.6
     .venv/bin/python bench/compaction_latency.py --only 150x128k --summary-s 10 --answer-s 2
 """
 
@@ -45,7 +46,7 @@ from proxy.testing.fake_upstream import FakeUpstream, is_summary_request  # noqa
 from proxy.testing.faults import Fault  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
 
-MODES = {"prepared": None, "synchronous": 1.0}  # prepare_ratio: the default, or off
+MODES = {"prepared": None, "synchronous": 1.0}  # prepare_ratio: --prepare-ratio, or off
 
 
 @dataclass
@@ -64,15 +65,18 @@ class Run:
         return compact, other
 
 
-def play(session: Session, mode: str, answer_s: float, summary_s: float, masking: bool) -> Run:
+def play(session: Session, mode: str, answer_s: float, summary_s: float, masking: bool,
+         prepare_ratio: float | None = None) -> Run:
+    """Play ``session`` in ``mode``; ``prepare_ratio`` (None: the default) when prepared."""
     script = Script()
     answers = Fault(status=200, delay_s=answer_s, times=-1,
                     match=lambda body: not is_summary_request(body))
     fake = FakeUpstream(models={session.model: session.window}, responder=script.respond,
                         summary_delay_s=summary_s, faults=[answers])
     layer: dict[str, Any] = {"masking.enabled": masking, "masking.in_steps": session.in_steps}
-    if MODES[mode] is not None:
-        layer["compaction.prepare_ratio"] = MODES[mode]
+    ratio = MODES[mode] if mode == "synchronous" else prepare_ratio
+    if ratio is not None:
+        layer["compaction.prepare_ratio"] = ratio
     run = Run(session, mode)
     with tempfile.TemporaryDirectory() as tmp, \
             Harness(Path(tmp), fake=fake,
@@ -96,9 +100,9 @@ def play(session: Session, mode: str, answer_s: float, summary_s: float, masking
     return run
 
 
-def _play(session: Session, answer_s: float, summary_s: float, masking: bool, mode: str
-          ) -> Run:
-    return play(session, mode, answer_s, summary_s, masking)
+def _play(session: Session, answer_s: float, summary_s: float, masking: bool,
+          prepare_ratio: float | None, mode: str) -> Run:
+    return play(session, mode, answer_s, summary_s, masking, prepare_ratio)
 
 
 def _ms(values: Sequence[float]) -> str:
@@ -138,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--summary-s", type=float, action="append",
                    help="summary call time (repeatable; default 1.5 and 10)")
     p.add_argument("--masking", action="store_true", help="leave masking on")
+    p.add_argument("--prepare-ratio", type=float,
+                   help="compaction.prepare_ratio of the prepared mode (default: the policy's)")
     args = p.parse_args(argv)
     sessions = [s for s in SESSIONS if (not args.only or s.name in args.only)
                 and (args.steps == "both" or str(s.in_steps).lower() == args.steps)]
@@ -150,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"playing {s.name} ...", file=sys.stderr)
             with ThreadPoolExecutor(len(MODES)) as pool:
                 runs += list(pool.map(partial(_play, s, args.answer_s, summary_s,
-                                              args.masking), MODES))
+                                              args.masking, args.prepare_ratio), MODES))
         report(runs)
     return 0
 

@@ -81,6 +81,7 @@ def test_a_long_session_never_waits_for_a_summary(make_harness, sdk, tmp_path: P
     outcomes = [s["x-context-compaction"] for s in seen]
     compactions = outcomes.count("auto")
     assert compactions >= 2
+    assert "reused" in outcomes  # the turns after a compaction reuse its summary
     # No turn waited for a summary: each compaction applied one prepared in the background.
     assert [s["x-context-summary-wait-ms"] for s in seen] == ["0"] * len(seen)
     assert h.metric("context_proxy_summaries_prepared_total", outcome="used") == compactions
@@ -147,3 +148,34 @@ def test_a_failed_preparation_fails_open(make_harness, sdk, tmp_path: Path) -> N
     assert h.metric("context_proxy_summaries_prepared_total", outcome="failed") == 1
     assert "failed" not in seen  # no request saw the preparation's failure
     assert "auto" in seen  # a later preparation was made and applied
+
+
+def test_manual_compaction_and_the_overflow_retry_still_compact_at_once(
+        make_harness, sdk, tmp_path: Path) -> None:
+    # The policy believes the window is 64k; the upstream enforces 32k. Preparation is on.
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "platform.yaml").write_text(
+        "defaults:\n  masking: {enabled: false}\n"
+        f"models: {{{MODEL}: {{context_window: 65536}}}}\n")
+    h = make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True),
+                     env={"CONTEXT_PROXY_POLICIES": str(folder)}, manual_compaction=True)
+    client = sdk(h, h.create_key())
+    messages = agent.conversation(SPEC, 16)
+    retried = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
+        extra_headers={"X-Conversation-Id": "overflow"})
+    assert retried.headers["X-Context-Retried"] == "context_length_exceeded"
+    assert retried.headers["X-Context-Compaction"] == "auto"
+    assert int(retried.headers["X-Context-Summary-Wait-Ms"]) >= 0
+    reused = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
+        extra_headers={"X-Conversation-Id": "overflow"})
+    assert reused.headers["X-Context-Compaction"] == "reused"
+    assert reused.headers["X-Context-Summary-Wait-Ms"] == "0"
+    manual = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=agent.conversation(SPEC, 6), tools=agent.TOOLS,  # type: ignore[arg-type]
+        extra_headers={"X-Conversation-Id": "asked", "X-Context-Compact": "now"})
+    assert manual.headers["X-Context-Compaction"] == "manual"
+    assert "X-Context-Divider-Id" in manual.headers
+    assert h.metric("context_proxy_summaries_prepared_total", outcome="used") == 0

@@ -60,9 +60,10 @@ class Run:
     unused: float = 0.0
 
     def split(self) -> tuple[list[float], list[float]]:
-        compact = [a for a, o in zip(self.added_ms, self.outcomes, strict=True) if o == "auto"]
-        other = [a for a, o in zip(self.added_ms, self.outcomes, strict=True) if o != "auto"]
-        return compact, other
+        """The added latencies of the turns that compact and of the others, the first turn
+        left out (the process's first request warms up: tokenizer, model map, windows)."""
+        turns = list(zip(self.added_ms, self.outcomes, strict=True))[1:]
+        return [a for a, o in turns if o == "auto"], [a for a, o in turns if o != "auto"]
 
 
 def play(session: Session, mode: str, answer_s: float, summary_s: float, masking: bool,
@@ -127,7 +128,8 @@ def report(runs: Sequence[Run]) -> None:
               f"{sum(1 for w in r.waited_ms if w > 0):>6} {compactions:>4} "
               f"{summaries / compactions if compactions else 0.0:>9.2f} {r.unused:>6.0f} "
               f"{cached_share(r.calls):>6.3f} {ratio:>9.4f}")
-    print("\nadded: a turn's wall time less the upstream's answer time; compact: turns that "
+    print("\nadded: a turn's wall time less the upstream's answer time (the first turn, a "
+          "warm-up, left out); compact: turns that "
           "applied or made a summary (auto); waited: turns that waited for a summary; "
           "cost/sync: cache-adjusted cost (cached price 0.1) over the synchronous design's.")
 

@@ -48,9 +48,15 @@ def preparing(policy: Policy) -> bool:
 
 
 def at_prepare_point(job: Job) -> Plan:
-    """The plan of the request as if the trigger were ``prepare_ratio`` (pure, blocking)."""
+    """The plan of the request as if the trigger were ``prepare_ratio`` (pure, blocking), its
+    keep window short of the growth the trigger leaves room for: the messages that arrive
+    until the trigger is crossed stay verbatim after the summary, so the list it is applied to
+    keeps about a keep window, as a compaction made at the trigger would (a full keep window
+    on top would leave the list that much longer until the next compaction, at every turn)."""
     policy = job.scope.policy
-    cp = replace(policy.compaction, trigger_ratio=policy.compaction.prepare_ratio)
+    room = policy.compaction.trigger_ratio - policy.compaction.prepare_ratio
+    cp = replace(policy.compaction, trigger_ratio=policy.compaction.prepare_ratio,
+                 keep_ratio=max(0.0, policy.compaction.keep_ratio - room))
     scope = replace(job.scope, policy=replace(policy, compaction=cp))
     req = job.request
     pairs = job.known.pairs_for(job.scope.counter, req.messages, req.model)

@@ -104,7 +104,8 @@ def test_twenty_requests_across_the_prepare_point_prepare_once(replicas: Replica
     outcomes = first + [a.headers["X-Context-Compaction"] for a in applied]
     assert outcomes.count("auto") == 1
     assert set(outcomes) <= {"none", "auto", "reused"}
-    assert {a.headers["X-Context-Compaction"] for a in applied} <= {"auto", "reused"}
+    # (one that read the conversation just before another replica applied it goes on
+    # uncompacted: it fits the window; it neither waits nor prepares again)
     assert {a.headers["X-Context-Summary-Wait-Ms"] for a in applied} == {"0"}
     assert len(dividers(replicas, key, "across")) == 1
     assert len(replicas.fake.summary_requests()) == 1

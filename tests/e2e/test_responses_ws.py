@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from factories import synchronous_policies
 
 from proxy.testing import agent
 from proxy.testing.fake_apis import RESPONSES
@@ -37,8 +39,11 @@ class Script:
 
 
 def start(make_harness: Callable[..., Harness], script: Script, **settings: Any) -> Harness:
+    # Summaries made at the trigger, not prepared: the socket and HTTP runs compare bodies,
+    # and a preparation's timing would decide which turn applies it.
+    env = synchronous_policies(Path(tempfile.mkdtemp()) / "policies")
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
-                                          stream_chunks=3), **settings)
+                                          stream_chunks=3), env=env, **settings)
 
 
 def ws_url(h: Harness) -> str:

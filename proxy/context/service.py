@@ -130,8 +130,9 @@ class ContextService:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
         p = await job.offload(self._plan, job, job.prior)
         await self.records.ensure(job.principal.org, job.key)
-        if p.mask.masked:
-            await self.records.add_spills(job.principal.org, job.key, p.mask.masked,
+        if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
+            await self.records.add_spills(job.principal.org, job.key,
+                                          [*p.mask.masked, *p.mask.inputs],
                                           job.policy.masking.spill_retention)
         if p.action == "summarize":
             report = await self._compact(job, p, retried)
@@ -285,6 +286,7 @@ class ContextService:
                                  report.tokens_before, report.tokens_after, report.outcome)
         if p.mask.masked:
             m.masked_results.labels(org).inc(len(p.mask.masked))
+        if p.mask.masked or p.mask.inputs:
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
         # ``insufficient`` counts compactions: a summary made that could not get the list under
         # the trigger, not each later request that waits (no loops) with the same header.

@@ -39,6 +39,8 @@ class MaskingPolicy:
     exclude_tools: tuple[str, ...] = ()
     in_steps: bool = True
     min_free_ratio: float = 0.05
+    clear_tool_inputs: bool = True  # arguments of old calls larger than min_input_tokens
+    min_input_tokens: int = 1000
     spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
 
 
@@ -198,6 +200,8 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
         FieldSpec("masking.in_steps", _D.masking.in_steps, _bool),
         FieldSpec("masking.min_free_ratio", _D.masking.min_free_ratio, _share, True),
+        FieldSpec("masking.clear_tool_inputs", _D.masking.clear_tool_inputs, _bool),
+        FieldSpec("masking.min_input_tokens", _D.masking.min_input_tokens, _int_min(0), True),
         FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),
         FieldSpec("compaction.enabled", _D.compaction.enabled, _bool),
         FieldSpec("compaction.trigger_ratio", _D.compaction.trigger_ratio, _ratio, True),

@@ -43,7 +43,7 @@ WRITES = (1.0, 1.25)
 SEEDS = (11, 12)
 WINDOWS = (16_000, 32_000, 128_000, 200_000)
 OUTPUTS = {"small": (200, 800), "mid": (1000, 4000), "large": (4000, 16000)}
-REACH, MIN_TURNS, MAX_TURNS = 1.6, 24, 200
+REACH, MIN_TURNS, MAX_TURNS = 1.4, 24, 120
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {}, "off": {"masking.enabled": False}, "flat": {"masking.in_steps": False}}
 FIXED_TOKENS = 20_000  # a large fixed prompt: system and tools, as Claude Code sends

@@ -39,6 +39,7 @@ class MaskingPolicy:
     exclude_tools: tuple[str, ...] = ()
     in_steps: bool = True
     min_free_ratio: float = 0.05
+    min_step_turns: float = 8.0  # a step must free this many turns of the session's growth
     clear_tool_inputs: bool = True  # arguments of old calls larger than min_input_tokens
     min_input_tokens: int = 1000
     spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
@@ -123,6 +124,12 @@ def _pos_float(key: str, v: Any) -> float:
 _UNITS = {"d": 1.0, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400}
 
 
+def _non_negative(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+        raise PolicyError(key, "must be a number, 0 or more")
+    return float(v)
+
+
 def _retention(key: str, v: Any) -> float:
     """A duration in days: a positive number of days, or a string such as "7d", "12h", "30m"."""
     if isinstance(v, str) and len(v) > 1 and v[-1] in _UNITS:
@@ -200,6 +207,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
         FieldSpec("masking.in_steps", _D.masking.in_steps, _bool),
         FieldSpec("masking.min_free_ratio", _D.masking.min_free_ratio, _share, True),
+        FieldSpec("masking.min_step_turns", _D.masking.min_step_turns, _non_negative, True),
         FieldSpec("masking.clear_tool_inputs", _D.masking.clear_tool_inputs, _bool),
         FieldSpec("masking.min_input_tokens", _D.masking.min_input_tokens, _int_min(0), True),
         FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),

@@ -44,7 +44,7 @@ from proxy.context.stages.messages import (
     tool_names_by_call_id,
 )
 from proxy.context.stages.scope import Scope
-from proxy.policy.model import Policy
+from proxy.policy.model import MaskingPolicy, Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "
 SHORT_ID = 16  # hex digits of the spill id a placeholder shows: 64 bits, unique in a conversation
@@ -176,7 +176,7 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
     points = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     points.append(len(messages))
     boundary, previous, seen = 0, 0, 0
-    for p in points:
+    for n, p in enumerate(points):
         while seen < len(results) and results[seen].index < p:
             seen += 1
         previous = boundary
@@ -184,9 +184,20 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
         if not mp.in_steps:  # the boundary moves with every request over the trigger
             boundary = target if prefix[p] + overhead > trigger else 0
         elif prefix[p] - saved[boundary] + overhead > trigger and target > boundary and \
-                saved[target] - saved[boundary] >= mp.min_free_ratio * window:
+                saved[target] - saved[boundary] >= _step_floor(mp, window, prefix, points, n):
             boundary = target
     return previous, boundary
+
+
+def _step_floor(mp: MaskingPolicy, window: int, prefix: Sequence[int], points: Sequence[int],
+                n: int) -> float:
+    """What a step at request point ``n`` must free: ``min_free_ratio`` × window, and
+    ``min_step_turns`` turns of the session's growth (its tokens per request point since the
+    first, from the list itself, so every replica agrees). A step rewrites the cached prefix
+    after its first change; room that lasts only a turn or two costs more than it saves, so
+    masking waits and compaction does the work (the figures: docs/headers.md)."""
+    growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+    return max(mp.min_free_ratio * window, mp.min_step_turns * growth)
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,

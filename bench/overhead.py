@@ -8,7 +8,8 @@ Every server runs in its own process on a loopback port: the fake upstream
 
 Scenarios: the fixed 50-message request (about 4,200 tokens) non-streamed and streamed (first
 chunk, last byte) at concurrency 1 and 16; then a large agent conversation (about 2 MB, 1,600
-messages, one turn more per request) at concurrency 1. Targets are ratios to the bare relay
+messages, one turn more per request) at concurrency 1; then requests that each differ from the
+one before (``_workload.SCENARIOS``) at concurrency 1 and 16. Targets are ratios to the bare relay
 measured in the same run (``_report.py``). Run ``python bench/overhead.py --help`` for the
 options; ``bench/README.md`` has more. The modules:
 

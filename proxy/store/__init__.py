@@ -175,13 +175,20 @@ class Store:
         return self.backend.describe()
 
     def close(self) -> None:
+        # A SQLite connection closed while another thread runs a query on it crashes the
+        # process, so its reads are waited for (they are bounded: a local file); a PostgreSQL
+        # read stalled by a partition is not, and its pool closes its connections safely.
         self._executor.shutdown(wait=True)
-        self._readers.shutdown(wait=False, cancel_futures=True)
+        self._readers.shutdown(wait=self._local_file, cancel_futures=True)
         self.backend.close()
+
+    @property
+    def _local_file(self) -> bool:
+        return self.backend.kind == "sqlite"
 
     async def aclose(self) -> None:
         """``close`` from async code: the probe stopped, the threads joined off the loop."""
-        await self.health.close()
+        await self.health.close(wait=self._local_file)
         await asyncio.to_thread(self.close)
 
     # --- change detection -----------------------------------------------------------------------

@@ -87,8 +87,13 @@ class StoreHealth:
             if any(f.exception() is None for f in done):
                 self._recovered()
 
-    async def close(self) -> None:
+    async def close(self, *, wait: bool = False) -> None:
+        """Stop probing; with ``wait``, once no probe is still running in its thread (a
+        connection must not be closed under a probe that is using it)."""
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if wait:
+            await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        else:
+            self._executor.shutdown(wait=False, cancel_futures=True)

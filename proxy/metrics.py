@@ -178,6 +178,19 @@ class Metrics:
             "since start), 0 when it was rejected and the last good policy is in force.",
             registry=r)
         self.policy_reload_ok.set(1)  # serve does not start on a broken folder
+        self.store_up = Gauge(
+            "context_proxy_store_up",
+            "1 while the store (SQLite file or PostgreSQL) answers, 0 from a failed or late "
+            "call until a probe finds it answering again.", registry=r)
+        self.store_up.set(1)
+        self.store_writes_queued = Gauge(
+            "context_proxy_store_writes_queued",
+            "Writes (dividers, spills, usage corrections) the store could not take, queued "
+            "to be written when it answers again.", registry=r)
+        self.store_writes_lost = Counter(
+            "context_proxy_store_writes_lost_total",
+            "Writes given up, by what: dividers, spills, usage corrections or usage figures "
+            "queued past the limit or still unwritten at shutdown.", ["what"], registry=r)
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)  # the shared instances: collected on scrape, nothing else
 

@@ -51,8 +51,8 @@ class Api:
       keeps (relayed unmanaged).
     - ``shape``: one of the proxy's own (OpenAI-shaped) error answers in this API's shape;
       ``stream_error``: the SSE event that ends a broken stream (``None``: the default one);
-      ``stream_end``: the markers of the events that end a whole stream (one ending without
-      them is broken, whatever its framing said).
+      ``stream_end``: the names of the events that end a whole stream (one ending without
+      them is broken, whatever its framing said; ``upstream.answers.ends_stream``).
     - ``headers``: the client's headers as this API's upstream wants them, with its key.
     - ``usage``: the ``UpstreamUsage`` in an answer body or an event's data (prompt tokens,
       cache reads and writes, output tokens);

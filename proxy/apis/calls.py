@@ -62,6 +62,9 @@ async def call(upstream: Upstream, api: Api, key: str | None, payload: Mapping[s
     ``ApiCallFailed``) or ``ApiError``."""
     assert api.summary_answer is not None
     headers = api.headers({"Content-Type": "application/json", **(extra_headers or {})}, key)
+    # The proxy's own headers (X-Context-Proxy-Org) go as given: the client's X-Context-* are
+    # what ``api.headers`` drops.
+    headers.update(extra_headers or {})
     raw = await post_whole(upstream, api.path, headers, payload, "summary")
     try:
         return api.summary_answer(raw)

@@ -85,6 +85,6 @@ def summary_answer(raw: bytes) -> SummaryAnswer:
 API = Api(name="messages", route="/v1/messages", path="/messages", headers=headers,
           usage=usage, usage_marker=b'"input_tokens"', anthropic=True, read=anthropic.read,
           check=check, shape=as_anthropic, stream_error=STREAM_ERROR,
-          stream_end=(b"message_stop", b"event: error"),
+          stream_end=(b"message_stop", b"error"),
           answer_kind=("type", "message"), summary_body=summary_body,
           summary_answer=summary_answer)

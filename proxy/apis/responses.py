@@ -66,5 +66,5 @@ API = Api(name="responses", route="/v1/responses", path="/responses", headers=op
           usage=usage, usage_marker=b'"input_tokens"', read=responses.read,
           check=check_common, keeps_history=keeps_history, answer_kind=("object", "response"),
           stream_end=(b"response.completed", b"response.failed", b"response.incomplete",
-                      b'"type": "error"', b'"type":"error"'),
+                      b"error"),
           summary_body=summary_body, summary_answer=summary_answer)

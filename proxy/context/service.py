@@ -114,7 +114,8 @@ class ContextService:
         policy = self.policies.resolve(principal.org, principal.user)
         window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
-        known = self.history.recall(key, request.messages, request.model, request.repeats)
+        known = self.history.recall(key, request.messages, request.model, request.repeats,
+                                    request.shared)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
         # much new text to encode (it releases the GIL) or hashlib a large prefix.
         new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)
@@ -217,7 +218,7 @@ class ContextService:
         claim = await self.flights.claim(job.key, phash, p.covered)
         record = claim.stored
         if claim.holder:
-            async with self.flights.holding(job.key, phash):
+            async with self.flights.holding(job.key, phash, claim.leased):
                 return await self._summarize(job, p, phash, retried)
         if record is None:
             record = await self.flights.wait(job.key, phash, p.covered,

@@ -1,7 +1,7 @@
 """The SQLite backend: one file (WAL) managed with sqlite-utils and ordered migrations.
 
-Reads on the request path use a dedicated reader connection on the event-loop thread (indexed
-lookups, microseconds); write transactions run on the writer connection (``BEGIN IMMEDIATE``)
+Reads use a reader connection per reader thread (the event loop reaches them through
+``Store.run``); write transactions run on the writer connection (``BEGIN IMMEDIATE``)
 under one lock, which the store's single writer thread and synchronous callers (the CLI, tests)
 share, so the event loop never waits on a disk sync.
 """
@@ -205,9 +205,19 @@ class SqliteBackend:
         self.path = path
         self.db = sqlite_utils.Database(_connect(path))
         migrate(self.db)
-        self.reader = _connect(path)
-        self.reader.row_factory = sqlite3.Row
+        self._local = threading.local()  # one reader connection per reader thread
+        self._readers: list[sqlite3.Connection] = []
         self.lock = threading.RLock()
+
+    @property
+    def reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _connect(self.path)
+            conn.row_factory = sqlite3.Row
+            with self.lock:
+                self._readers.append(conn)
+        return conn
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -238,9 +248,14 @@ class SqliteBackend:
     def recover(self) -> None:
         """Nothing to reconnect: a local file."""
 
+    def probe(self) -> None:
+        self.read("SELECT 1", ())
+
     def describe(self) -> str:
         return f"sqlite {self.path}"
 
     def close(self) -> None:
-        self.reader.close()
+        with self.lock:
+            for conn in self._readers:
+                conn.close()
         self.db.conn.close()

@@ -82,6 +82,7 @@ def _main(h: Harness, path: str) -> list[Recorded]:
 def _check_books(h: Harness, conversation: str, path: str,
                  turns: list[tuple[Usage, int, int, bool]], headers: list[Any]) -> None:
     """Headers, store, console and metrics against the fake's usage priced by hand."""
+    h.settle()  # the last answer's usage is booked after the client has it
     every = [r for r in h.fake.requests if r.path == path and r.usage is not None]
     spent = sum(_dollars(_usage(r)) for r in every)  # summary calls included
     without = _without(turns)
@@ -199,6 +200,7 @@ def test_a_streamed_answer_states_its_estimate_and_books_the_reported_usage(
             seen.append(raw.headers)
             assert raw.headers["x-context-cost-saved"] == "0"  # sent as the client sent it
         messages += [assistant("Noted."), user("More.")]
+    h.settle()
     recs = _main(h, "/v1/chat/completions")
     assert _usage(recs[0])[2] > 0  # the first answer reported cache writes
     for n, hd in enumerate(seen):

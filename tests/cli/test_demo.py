@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import openai
+import pytest
 
 from proxy.cli import demo
 from proxy.context.tokens import TokenCounter
@@ -59,6 +61,13 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     divider = next(r for r in rows if r[5] == "auto")[6]
     assert shown["x-context-divider-id"].startswith(divider)
     assert shown["x-conversation-id"] == demo.CONVERSATION
+    assert int(shown["x-context-cost-spent"]) > 0 and "x-context-cost-saved" in shown
+    money = re.search(r"spent upstream \$([0-9.]+); the client's own requests would have cost "
+                      r"\$([0-9.]+) without the proxy; saved (-?)\$([0-9.]+)", text)
+    assert money is not None, text
+    spent, without, sign, saved = money.groups()
+    assert float(spent) > 0 and float(without) > 0
+    assert float(f"{sign}{saved}") == pytest.approx(float(without) - float(spent), abs=2e-4)
 
 
 def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:

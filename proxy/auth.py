@@ -59,10 +59,17 @@ def bearer_token(request: web.Request) -> str | None:
     return other or None
 
 
+CHANGED_MARGIN_S = 60.0  # writers' clocks may differ: a wider look back only re-reads more
+
+
 @dataclass
 class _Entry:
     principal: Principal | None  # None: the key is unknown or revoked (401)
     validated_at: float  # monotonic: when the store last vouched for it
+    digest: str
+
+
+_CHANGED = 'SELECT key_hash FROM keys WHERE created_at >= ? OR revoked_at >= ?'
 
 
 class Authenticator:
@@ -78,6 +85,7 @@ class Authenticator:
         self._confirmed = float("-inf")  # the last time the store answered the version check
         self._writes = -1
         self._check: asyncio.Future[None] | None = None
+        self._since = time.time()  # wall clock of the last version check that answered
 
     async def _fresh_cache(self) -> dict[str, _Entry]:
         now = time.monotonic()
@@ -91,16 +99,28 @@ class Authenticator:
 
     async def _check_version(self, now: float) -> None:
         try:
-            self._checked, writes = now, self.store.key_writes
+            self._checked, writes, wall = now, self.store.key_writes, time.time()
             kv = await self.store.run(self.store.keys_version)
-            self._writes, self._confirmed = writes, time.monotonic()
             if kv != self._keys_version:
-                self._keys_version = kv
-                self._cache.clear()
+                await self._forget_changed(kv)
+            self._writes, self._confirmed, self._since = writes, time.monotonic(), wall
         except StoreUnavailable:
             pass  # the cache stands; entries past the grace are refused (``_vouched``)
         finally:
             self._check = None
+
+    async def _forget_changed(self, kv: int) -> None:
+        """Drop the cached keys created, bound or revoked since the last check (the rest stay
+        vouched for: a key write elsewhere must not empty the cache an outage relies on)."""
+        if self._keys_version < 0:
+            self._cache.clear()
+        else:
+            since = self._since - CHANGED_MARGIN_S
+            changed = {r[0] for r in await self.store.run(self.store.read, _CHANGED,
+                                                          [since, since])}
+            for token in [t for t, e in self._cache.items() if e.digest in changed]:
+                del self._cache[token]
+        self._keys_version = kv
 
     def _resolve(self, rec: KeyRecord | None, token: str, digest: str) -> Principal | None:
         if self.mode == "passthrough":
@@ -142,7 +162,7 @@ class Authenticator:
             principal = self._resolve(rec, token, digest)
             if len(cache) >= 100_000:
                 cache.clear()
-            cache[token] = _Entry(principal, time.monotonic())
+            cache[token] = _Entry(principal, time.monotonic(), digest)
         if principal is None:
             raise ApiError(401, "Invalid or revoked API key.", code="invalid_api_key")
         return principal

@@ -59,7 +59,7 @@ def bearer_token(request: web.Request) -> str | None:
     return other or None
 
 
-CHANGED_MARGIN_S = 60.0  # writers' clocks may differ: a wider look back only re-reads more
+CHUNK = 500  # keys per statement when the cached ones are checked again
 
 
 @dataclass
@@ -68,8 +68,6 @@ class _Entry:
     validated_at: float  # monotonic: when the store last vouched for it
     digest: str
 
-
-_CHANGED = 'SELECT key_hash FROM keys WHERE created_at >= ? OR revoked_at >= ?'
 
 
 class Authenticator:
@@ -85,7 +83,6 @@ class Authenticator:
         self._confirmed = float("-inf")  # the last time the store answered the version check
         self._writes = -1
         self._check: asyncio.Future[None] | None = None
-        self._since = time.time()  # wall clock of the last version check that answered
 
     async def _fresh_cache(self) -> dict[str, _Entry]:
         now = time.monotonic()
@@ -99,28 +96,35 @@ class Authenticator:
 
     async def _check_version(self, now: float) -> None:
         try:
-            self._checked, writes, wall = now, self.store.key_writes, time.time()
+            self._checked, writes = now, self.store.key_writes
             kv = await self.store.run(self.store.keys_version)
             if kv != self._keys_version:
-                await self._forget_changed(kv)
-            self._writes, self._confirmed, self._since = writes, time.monotonic(), wall
+                await self._revalidate(kv)
+            self._writes, self._confirmed = writes, time.monotonic()
         except StoreUnavailable:
             pass  # the cache stands; entries past the grace are refused (``_vouched``)
         finally:
             self._check = None
 
-    async def _forget_changed(self, kv: int) -> None:
-        """Drop the cached keys created, bound or revoked since the last check (the rest stay
-        vouched for: a key write elsewhere must not empty the cache an outage relies on)."""
-        if self._keys_version < 0:
-            self._cache.clear()
-        else:
-            since = self._since - CHANGED_MARGIN_S
-            changed = {r[0] for r in await self.store.run(self.store.read, _CHANGED,
-                                                          [since, since])}
-            for token in [t for t, e in self._cache.items() if e.digest in changed]:
-                del self._cache[token]
+    async def _revalidate(self, kv: int) -> None:
+        """After any key write (by any process): check every cached valid key again, in a few
+        reads, and forget the unknown ones. The cache is not emptied: a key write elsewhere
+        must not leave the keys an outage relies on unvouched for."""
+        valid = {e.digest: t for t, e in self._cache.items() if e.principal is not None}
+        found = await self.store.run(self._find_keys, list(valid))
+        now = time.monotonic()
+        self._cache = {token: _Entry(self._resolve(found.get(digest), token, digest), now,
+                                     digest) for digest, token in valid.items()}
         self._keys_version = kv
+
+    def _find_keys(self, digests: list[str]) -> dict[str, KeyRecord]:
+        """The stored records of ``digests`` (on a reader thread)."""
+        out: dict[str, KeyRecord] = {}
+        for i in range(0, len(digests), CHUNK):
+            chunk = digests[i:i + CHUNK]
+            for rec_hash, rec in self.store.find_keys(chunk):
+                out[rec_hash] = rec
+        return out
 
     def _resolve(self, rec: KeyRecord | None, token: str, digest: str) -> Principal | None:
         if self.mode == "passthrough":

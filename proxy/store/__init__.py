@@ -238,6 +238,14 @@ class Store:
         self.key_writes += 1 if changed else 0
         return changed
 
+    def find_keys(self, key_hashes: list[str]) -> list[tuple[str, KeyRecord]]:
+        """(hash, record) of each of ``key_hashes`` that is stored."""
+        if not key_hashes:
+            return []
+        rows = self.read(f"SELECT * FROM keys WHERE key_hash IN "
+                         f"({', '.join('?' * len(key_hashes))})", key_hashes)
+        return [(r["key_hash"], _key_record(r)) for r in rows]
+
     def find_key(self, key_hash: str) -> KeyRecord | None:
         row = self.read_one("SELECT * FROM keys WHERE key_hash = ?", [key_hash])
         return _key_record(row) if row else None

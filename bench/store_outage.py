@@ -2,10 +2,11 @@
 forwarder of ``proxy.testing.forwarder``, 30 clients of mixed traffic, a 10 s silent
 partition (bytes dropped, no reset) and then a 10 s refused port.
 
-Clients: 24 on keys seen before the outage (chat completions, each its own conversation that
-grows until it is compacted, and some ``/v1/responses``), 6 on keys first used during it (an
-unseen key each time: a 503 ``store_unavailable`` is their right answer while the store is
-away). One more client polls ``/healthz`` of every replica every 20 ms throughout.
+Clients: 24 on keys seen before the outage by every replica (chat completions, each its own
+conversation that grows until it is compacted, and some ``/v1/responses``), 6 on keys first
+used during it (an unseen key each time: a 503 ``store_unavailable`` is their right answer
+while the store is away). One more client, a process of its own, polls ``/healthz`` of every
+replica every 20 ms.
 
 Reported: the slowest answer of each phase, how answers split (200 / 503 / other), the
 ``/healthz`` p99 and max, how long after each return the rate is back to the baseline's, and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import sys
@@ -57,8 +59,10 @@ SPEC = agent.AgentSpec(seed=7, output_tokens=(600, 900), thought_words=(5, 10))
 @dataclass
 class Run:
     phase: str = "before"
-    answers: list[tuple[str, float, float, int]] = field(default_factory=list)  # phase, t, s, st
+    # (phase, kind, start, seconds, status): kind "seen" or "unseen"
+    answers: list[tuple[str, str, float, float, int]] = field(default_factory=list)
     health: list[tuple[str, float]] = field(default_factory=list)
+    phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, wall clock start)
     dividers: set[str] = field(default_factory=set)
     requests_by_conv: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     stop: bool = False
@@ -73,7 +77,7 @@ def schema_url(server: str, schema: str, port: int) -> str:
 
 
 async def timed(run: Run, session: aiohttp.ClientSession, method: str, url: str,
-                **kw: Any) -> tuple[int, dict[str, str]]:
+                kind: str = "seen", **kw: Any) -> tuple[int, dict[str, str]]:
     t0 = time.monotonic()
     phase = run.phase
     try:
@@ -83,7 +87,7 @@ async def timed(run: Run, session: aiohttp.ClientSession, method: str, url: str,
             status, headers = r.status, dict(r.headers)
     except (aiohttp.ClientError, TimeoutError):
         status, headers = 0, {}
-    run.answers.append((phase, t0, time.monotonic() - t0, status))
+    run.answers.append((phase, kind, t0, time.monotonic() - t0, status))
     return status, headers
 
 
@@ -120,7 +124,7 @@ async def unseen_client(run: Run, r: Replicas, session: aiohttp.ClientSession) -
         if key is None:
             await asyncio.sleep(0.1)
             continue
-        await timed(run, session, "POST", r.url(r.next_index()) + "/chat/completions",
+        await timed(run, session, "POST", r.url(r.next_index()) + "/chat/completions", "unseen",
                     headers={"Authorization": f"Bearer {key}"},
                     json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
         await asyncio.sleep(0.1)
@@ -129,18 +133,32 @@ async def unseen_client(run: Run, r: Replicas, session: aiohttp.ClientSession) -
 run_keys: list[str] = []  # keys made before the outage, first used during it
 
 
-async def health_poller(run: Run, r: Replicas, session: aiohttp.ClientSession) -> None:
-    while not run.stop:
-        for i in range(r.count):
-            t0 = time.monotonic()
+POLLER = """
+import json, sys, time, httpx
+urls, until = sys.argv[1].split(","), time.time() + float(sys.argv[2])
+out = []
+with httpx.Client(timeout=10) as c:
+    while time.time() < until:
+        for u in urls:
+            t0 = time.time()
             try:
-                async with session.get(r.url(i).removesuffix("/v1") + "/healthz",
-                                       timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                    await resp.read()
-            except (aiohttp.ClientError, TimeoutError):
+                c.get(u)
+            except httpx.HTTPError:
                 pass
-            run.health.append((run.phase, time.monotonic() - t0))
-        await asyncio.sleep(0.02)
+            out.append((t0, time.time() - t0))
+        time.sleep(0.02)
+print(json.dumps(out))
+"""
+
+
+async def health_poller(r: Replicas, seconds: float) -> list[tuple[float, float]]:
+    """``/healthz`` of every replica every 20 ms, from a process of its own (this one's loop
+    also runs the fake upstream, the forwarder and 30 clients: it would time itself)."""
+    urls = ",".join(r.url(i).removesuffix("/v1") + "/healthz" for i in range(r.count))
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", POLLER, urls,
+                                                str(seconds), stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    return [(float(t), float(d)) for t, d in json.loads(out)]
 
 
 def pct(values: list[float], p: float) -> float:
@@ -151,25 +169,26 @@ def pct(values: list[float], p: float) -> float:
 
 
 def report(run: Run, returns: list[tuple[str, float]], fwd: Forwarder) -> None:
-    print(f"{'phase':<10} {'answers':>7} {'200':>5} {'503':>5} {'other':>5} {'max s':>6} "
-          f"{'>1.5s':>5} {'healthz p99 ms':>14} {'max ms':>7}")
+    print(f"{'phase':<10} {'kind':<6} {'answers':>7} {'200':>5} {'503':>5} {'other':>5} "
+          f"{'max s':>6} {'>1.5s':>5} {'healthz p99 ms':>14} {'max ms':>7}")
     for phase in ("before", "partition", "between", "refused", "after"):
-        got = [a for a in run.answers if a[0] == phase]
         hs = [h * 1000 for p, h in run.health if p == phase]
-        codes = [a[3] for a in got]
-        print(f"{phase:<10} {len(got):>7} {codes.count(200):>5} {codes.count(503):>5} "
-              f"{len(codes) - codes.count(200) - codes.count(503):>5} "
-              f"{max((a[2] for a in got), default=0):>6.2f} "
-              f"{sum(a[2] > BOUND_S for a in got):>5} {pct(hs, 0.99):>14.1f} "
-              f"{max(hs, default=0):>7.1f}")
-    before = [a for a in run.answers if a[0] == "before" and a[3] == 200]
-    span = (max(a[1] for a in before) - min(a[1] for a in before)) or 1
+        for kind in ("seen", "unseen"):
+            got = [a for a in run.answers if a[0] == phase and a[1] == kind]
+            codes = [a[4] for a in got]
+            print(f"{phase:<10} {kind:<6} {len(got):>7} {codes.count(200):>5} "
+                  f"{codes.count(503):>5} {len(codes) - codes.count(200) - codes.count(503):>5} "
+                  f"{max((a[3] for a in got), default=0):>6.2f} "
+                  f"{sum(a[3] > BOUND_S for a in got):>5} {pct(hs, 0.99):>14.1f} "
+                  f"{max(hs, default=0):>7.1f}")
+    before = [a for a in run.answers if a[0] == "before" and a[4] == 200]
+    span = (max(a[2] for a in before) - min(a[2] for a in before)) or 1
     base_rate = len(before) / span
     for name, at in returns:
         # first 0.5 s window after the return whose rate of 200s reaches 90% of the baseline
         t, back = at, None
         while t < at + 8:
-            n = sum(1 for a in run.answers if a[3] == 200 and t <= a[1] + a[2] < t + 0.5)
+            n = sum(1 for a in run.answers if a[4] == 200 and t <= a[2] + a[3] < t + 0.5)
             if n / 0.5 >= 0.9 * base_rate:
                 back = t + 0.5 - at
                 break
@@ -210,10 +229,18 @@ async def main(args: argparse.Namespace) -> None:
             seen = [r.create_key() for _ in range(SEEN)]
             run_keys.extend(r.create_key() for _ in range(400))
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+                # Each replica validates keys for itself: every seen key is used once on each
+                # (the clients then go round-robin, as behind a load balancer).
+                await asyncio.gather(*(timed(
+                    Run(), s, "POST", r.url(i) + "/chat/completions",
+                    headers={"Authorization": f"Bearer {k}"},
+                    json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+                    for k in seen for i in range(r.count)))
                 tasks = [asyncio.create_task(seen_client(run, r, s, seen[i], i))
                          for i in range(SEEN)]
                 tasks += [asyncio.create_task(unseen_client(run, r, s)) for _ in range(UNSEEN)]
-                tasks.append(asyncio.create_task(health_poller(run, r, s)))
+                total = args.warm_s + 2 * args.outage_s + 2 * args.gap_s
+                poller = asyncio.create_task(health_poller(r, total))
                 returns = []
                 for phase, secs, start, end in (
                         ("before", args.warm_s, None, None),
@@ -224,12 +251,16 @@ async def main(args: argparse.Namespace) -> None:
                     if start is not None:
                         start()
                     run.phase = phase
+                    run.phases.append((phase, time.time()))
                     await asyncio.sleep(secs)
                     if end is not None:
                         end()
                         returns.append((phase, time.monotonic()))
                 run.stop = True
                 await asyncio.gather(*tasks, return_exceptions=True)
+                for t, d in await poller:
+                    phase = [p for p, at in run.phases if at <= t][-1:] or ["before"]
+                    run.health.append((phase[0], d))
                 await asyncio.sleep(3)  # the usage flush (every 2 s) and the queue drain
                 metrics = []
                 for i in range(3):

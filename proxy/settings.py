@@ -52,6 +52,23 @@ def _env_count(name: str, env: Mapping[str, str], default: int) -> int:
 
 
 LOG_FORMATS = ("text", "json")
+STORE_FILE = "context-proxy.db"
+LEGACY_DB_PATH = Path(STORE_FILE)  # the default before the data folder: the working directory
+
+
+def default_db_path(env: Mapping[str, str]) -> Path:
+    """Where the SQLite file lives without ``CONTEXT_PROXY_DB``: the user's data folder
+    (``$XDG_DATA_HOME/context-proxy/``, else ``~/.local/share/context-proxy/``), so every shell
+    in every folder reaches the same store; never the working directory."""
+    data_home = env.get("XDG_DATA_HOME", "").strip()
+    # The XDG spec: a relative value is invalid and is ignored.
+    if data_home and Path(data_home).is_absolute():
+        base = Path(data_home)
+    else:
+        home = env.get("HOME", "").strip()
+        base = (Path(home) if home else Path.home()) / ".local" / "share"
+    return base / "context-proxy" / STORE_FILE
+
 DATABASE_SCHEMES = ("postgresql", "postgres")
 
 
@@ -127,11 +144,13 @@ class Settings:
     upstream_api_key: str | None = None
     auth_mode: str = "proxy_keys"
     policies_dir: Path | None = None
-    db_path: Path = Path("context-proxy.db")
+    db_path: Path = Path(STORE_FILE)  # load_settings: CONTEXT_PROXY_DB, else the data folder
+    db_path_default: bool = False  # db_path is the data folder's file (CONTEXT_PROXY_DB unset)
     database_url: str | None = None  # PostgreSQL instead of the file at db_path
     db_pool_size: int = 10
     admin_token: str | None = None
     manual_compaction: bool = False
+    forward_conversation_id: bool = False  # X-Conversation-Id reaches the upstream (opt-in)
     responses_websocket: bool = True  # off: the upgrade is a 426, so clients use HTTP at once
     upstream_timeout_s: float = 600.0
     anthropic_url: str = "https://api.anthropic.com/v1"  # /v1/messages goes here
@@ -171,6 +190,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     url = (env.get("CONTEXT_PROXY_UPSTREAM_URL") or platform.upstream_url).rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"environment: CONTEXT_PROXY_UPSTREAM_URL: not an http(s) URL: {url!r}")
+    db_raw = env.get("CONTEXT_PROXY_DB", "").strip()
     values: dict[str, Any] = dict(
         host=check_host(env.get("CONTEXT_PROXY_HOST", "127.0.0.1"),
                         "environment: CONTEXT_PROXY_HOST"),
@@ -180,11 +200,14 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         or env.get(platform.api_key_env) or None,
         auth_mode=mode,
         policies_dir=folder,
-        db_path=Path(env.get("CONTEXT_PROXY_DB", "context-proxy.db")),
+        db_path=Path(db_raw) if db_raw else default_db_path(env),
+        db_path_default=not db_raw,
         database_url=check_database_url(env.get("CONTEXT_PROXY_DATABASE_URL")),
         db_pool_size=_env_count("CONTEXT_PROXY_DB_POOL_SIZE", env, 10),
         admin_token=env.get("CONTEXT_PROXY_ADMIN_TOKEN") or None,
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
+        forward_conversation_id=_env_bool("CONTEXT_PROXY_FORWARD_CONVERSATION_ID", env,
+                                          default=platform.forward_conversation_id),
         responses_websocket=_env_bool("CONTEXT_PROXY_RESPONSES_WEBSOCKET", env, default=True),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
         anthropic_url=_http_url(env.get("CONTEXT_PROXY_ANTHROPIC_URL")

@@ -42,6 +42,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture(autouse=True)
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's user data folder (``XDG_DATA_HOME``) is its own: a command run without
+    ``CONTEXT_PROXY_DB`` writes its store there, never into the real user's folder."""
+    folder = tmp_path / "xdg-data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
 def database_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
                  ) -> Iterator[str | None]:
     """With ``--store=postgres``: this test's fresh schema, as ``CONTEXT_PROXY_DATABASE_URL``

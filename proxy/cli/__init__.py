@@ -79,7 +79,7 @@ def cmd_recall_audit(args: argparse.Namespace) -> int:
 def _store(args: argparse.Namespace) -> Store:
     from proxy.cli.startup import open_store
 
-    return open_store(load_settings())
+    return open_store(load_settings(), announce=True)
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:

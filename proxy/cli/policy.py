@@ -39,7 +39,7 @@ def _in_store(settings: Settings, write: bool, fn: Callable[..., T], *args: Any)
     created and migrated when needed."""
     from proxy.cli.startup import open_store
 
-    store = open_store(settings)
+    store = open_store(settings, announce=True)
     try:
         return store.atomic(fn, *args) if write else store.snapshot(fn, *args)
     finally:

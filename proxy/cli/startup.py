@@ -9,26 +9,41 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
 import os
+import shutil
 import socket
+import sys
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.errors import ConfigError
-from proxy.settings import Settings
+from proxy.settings import LEGACY_DB_PATH, Settings
 from proxy.store import Store
 
 HOST_SETTING = "CONTEXT_PROXY_HOST / --host"
 PORT_SETTING = "CONTEXT_PROXY_PORT / --port"
 
 
-def open_store(settings: Settings) -> Store:
+def open_store(settings: Settings, announce: bool = False) -> Store:
     """The store the settings name, migrated; ``ConfigError`` naming ``CONTEXT_PROXY_DB`` (a file
     that cannot be opened or written) or ``CONTEXT_PROXY_DATABASE_URL`` (a server that cannot be
-    reached), without the URL's password."""
+    reached), without the URL's password. ``announce`` (the CLI's commands): one line
+    ``store: <file or URL>`` on stderr once it is open, so a person sees which store a command
+    used."""
+    store = _open(settings, announce)
+    if announce:
+        print(f"store: {store_name(settings)}", file=sys.stderr)
+    return store
+
+
+def _open(settings: Settings, announce: bool) -> Store:
     if settings.database_url is None:
         from proxy.store import sqlite
 
         try:
+            if settings.db_path_default:
+                _tell(prepare_data_folder(settings.db_path), announce)
             return Store(settings.db_path)
         except sqlite.OPEN_ERRORS as e:
             raise ConfigError(f"CONTEXT_PROXY_DB: cannot open the store at "
@@ -42,6 +57,48 @@ def open_store(settings: Settings) -> Store:
         reason = postgres.scrub(" ".join(str(e).split()), url)
         raise ConfigError(f"CONTEXT_PROXY_DATABASE_URL: cannot open the store at "
                           f"{postgres.public_url(url)}: {reason}") from None
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm")
+
+
+def prepare_data_folder(db_path: Path, legacy: Path = LEGACY_DB_PATH) -> str | None:
+    """Make the data folder ``db_path`` lives in, and move a store left at the older default
+    (``./context-proxy.db`` in the working directory) there when the data folder has none yet:
+    its keys and conversations are kept. When both exist the data folder's is used. Returns the
+    one line to tell about it (None: nothing to tell); ``OSError`` when the folder cannot be
+    made or the file moved."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    if not legacy.is_file() or legacy.resolve() == db_path.resolve():
+        return None
+    if db_path.exists():
+        return (f"store: {db_path} (an older store at {legacy.resolve()} is not used: set "
+                "CONTEXT_PROXY_DB to it to use it, or remove it)")
+    # The side files go first: a WAL file left behind would hold the last writes.
+    for suffix in (*SQLITE_SIDE_FILES, ""):
+        side = legacy.with_name(legacy.name + suffix)
+        if side.exists():
+            shutil.move(side, db_path.with_name(db_path.name + suffix))
+    return f"store: moved the store at {legacy.resolve()} (the older default) to {db_path}"
+
+
+def _tell(line: str | None, announce: bool) -> None:
+    if line is None:
+        return
+    if announce:
+        print(line, file=sys.stderr)
+    else:
+        logging.getLogger("context_proxy").info("%s", line)
+
+
+def store_name(settings: Settings) -> str:
+    """The store the settings name, for a person: the SQLite file or the URL without its
+    password."""
+    if settings.database_url:
+        from proxy.store.postgres import public_url
+
+        return public_url(settings.database_url)
+    return str(settings.db_path)
 
 
 def check_store(settings: Settings) -> None:

@@ -87,7 +87,9 @@ class Usage:
 
 
 _TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
-           "summary_prompt_tokens", "summary_cached_tokens")
+           "summary_prompt_tokens", "summary_cached_tokens", "cache_write_tokens",
+           "summary_cache_write_tokens", "cost_spent_usd", "cost_without_usd")
+_WRITTEN, _SPENT = _TOTALS.index("cache_write_tokens"), _TOTALS.index("cost_spent_usd")
 
 
 class Records:
@@ -99,7 +101,7 @@ class Records:
         self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._known: OrderedDict[str, None] = OrderedDict()
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
-        self._pending: dict[tuple[str, str, str], list[int]] = {}
+        self._pending: dict[tuple[str, str, str], list[float]] = {}
         self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
         self.shared = store.kind == "postgres"  # other processes may write the same rows
 
@@ -304,16 +306,23 @@ class Records:
     # --- what the upstream reported (prompt cache accounting) ---------------------------------
 
     def add_upstream_usage(self, org: str, conversation: str, model: str, prompt_tokens: int,
-                           cached_tokens: int, *, summary: bool = False,
-                           user: str | None = None) -> None:
-        """Count one upstream call of the conversation; written by ``flush_usage`` (in batches,
-        so a busy conversation does not cost a disk write per turn)."""
-        self.hourly.upstream(org, user, prompt_tokens, cached_tokens)
+                           cached_tokens: int, *, written: int = 0, summary: bool = False,
+                           user: str | None = None, spent: float = 0.0,
+                           without: float = 0.0) -> None:
+        """Count one upstream call of the conversation (``written``: the tokens it stored in
+        the prompt cache; ``spent`` and ``without``: its money in US dollars, upstream and
+        without the proxy); written by ``flush_usage`` (in batches, so a busy conversation does
+        not cost a disk write per turn)."""
+        self.hourly.upstream(org, user, prompt_tokens, cached_tokens, written=written,
+                             spent=spent, without=without)
         row = self._pending.setdefault((org, conversation, model), [0] * len(_TOTALS))
         at = 3 if summary else 0
         row[at] += 1
         row[at + 1] += prompt_tokens
         row[at + 2] += cached_tokens
+        row[_WRITTEN + summary] += written
+        row[_SPENT] += spent
+        row[_SPENT + 1] += without
 
     async def flush_usage(self) -> None:
         """Write the usage counted since the last flush, in one transaction."""
@@ -348,7 +357,7 @@ class Records:
         except BaseException:
             self.hourly.restore(hourly)
             for key, deltas in pending.items():  # keep them for the next flush
-                row = self._pending.setdefault(key, [0] * len(_TOTALS))
+                row: list[float] = self._pending.setdefault(key, [0] * len(_TOTALS))
                 for i, d in enumerate(deltas):
                     row[i] += d
             raise
@@ -357,15 +366,15 @@ class Records:
         """How many conversation and model rows of usage are counted but not written."""
         return len(self._pending) + len(self.hourly.rows)
 
-    def usage_totals(self, conversation: str) -> dict[str, dict[str, int]]:
-        """Model -> the conversation's totals (written and pending)."""
+    def usage_totals(self, conversation: str) -> dict[str, dict[str, float]]:
+        """Model -> the conversation's totals (written and pending; money in US dollars)."""
         rows = self.store.read(
             f"SELECT model, {', '.join(_TOTALS)} FROM usage_totals WHERE conversation = ?",
             [conversation])
         out = {r[0]: dict(zip(_TOTALS, r[1:], strict=True)) for r in rows}
         for (_, conv, model), deltas in self._pending.items():
             if conv == conversation:
-                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0))
+                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0.0))
                 for name, d in zip(_TOTALS, deltas, strict=True):
                     row[name] += d
         return out

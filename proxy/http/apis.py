@@ -27,7 +27,7 @@ from proxy.errors import ApiError, bad_request
 from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
-from proxy.upstream.client import Upstream, current_key
+from proxy.upstream.client import Upstream, current_key, forwarding_conversation_id
 from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
 
 HISTORY = "X-Context-History"
@@ -92,7 +92,9 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
 def leg_for(state: ProxyState, api: Api, headers: Mapping[str, str], job: Job, query: str = ""
             ) -> Leg:
     """The API's upstream leg for ``job``, with the client's ``headers`` as the API wants them."""
-    return Leg(_upstream(state, api), api.path, api.headers(headers, job.principal.upstream_key),
+    out = forwarding_conversation_id(api.headers(headers, job.principal.upstream_key), headers,
+                                     state.settings.forward_conversation_id)
+    return Leg(_upstream(state, api), api.path, out,
                api.name, check=_answer_check(api), usage=api.usage,
                scanner=functools.partial(calls.ApiUsageScanner, api), query=query,
                shape=api.shape, error_event=api.stream_error, stream_end=api.stream_end)
@@ -121,7 +123,8 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
     """A request whose history the upstream keeps: sent as it came, nothing to manage; a good
     answer goes to ``sink``, an error answer is returned unsent."""
     upstream = _upstream(state, api)
-    out_headers = api.headers(headers, principal.upstream_key)
+    out_headers = forwarding_conversation_id(api.headers(headers, principal.upstream_key),
+                                             headers, state.settings.forward_conversation_id)
     note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
     try:
         resp = await upstream.open("POST", api.path, out_headers, raw, query, route=api.name)

@@ -21,7 +21,7 @@ from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.answers import unusable_completion
-from proxy.upstream.client import current_key
+from proxy.upstream.client import current_key, forwarding_conversation_id
 from proxy.upstream.usage import UsageScanner
 
 API = APIS["chat"]
@@ -48,8 +48,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def _forward(request: web.Request, state: ProxyState, job: Job, report: ContextReport
                    ) -> web.StreamResponse:
     """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
-    leg = Leg(state.upstream, API.path, API.headers(request.headers, job.principal.upstream_key),
-              API.name, check=unusable_completion, usage=API.usage, scanner=UsageScanner,
+    out = forwarding_conversation_id(API.headers(request.headers, job.principal.upstream_key),
+                                     request.headers, state.settings.forward_conversation_id)
+    leg = Leg(state.upstream, API.path, out, API.name, check=unusable_completion,
+              usage=API.usage, scanner=UsageScanner,
               observe=state.metrics.upstream_chat.observe, stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)
 

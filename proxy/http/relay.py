@@ -8,7 +8,7 @@ from aiohttp import web
 
 from proxy.apis import APIS
 from proxy.state import STATE
-from proxy.upstream.client import Upstream, request_headers
+from proxy.upstream.client import Upstream, forwarding_conversation_id, request_headers
 from proxy.upstream.relay import relay
 
 
@@ -20,13 +20,15 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 async def relay_any(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     principal = await state.auth.authenticate(request)
+    forward = state.settings.forward_conversation_id
     if request.match_info["tail"].startswith("messages/"):
         # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.
-        return await _relay_to(request, state.anthropic, APIS["messages"].headers(
-            request.headers, state.settings.anthropic_api_key
-            if state.auth.mode == "proxy_keys" else principal.upstream_key))
-    return await _relay_to(request, state.upstream,
-                           request_headers(request.headers, principal.upstream_key))
+        return await _relay_to(request, state.anthropic, forwarding_conversation_id(
+            APIS["messages"].headers(request.headers, state.settings.anthropic_api_key
+                                     if state.auth.mode == "proxy_keys"
+                                     else principal.upstream_key), request.headers, forward))
+    return await _relay_to(request, state.upstream, forwarding_conversation_id(
+        request_headers(request.headers, principal.upstream_key), request.headers, forward))
 
 
 async def _relay_to(request: web.Request, upstream: Upstream, headers: Mapping[str, str]

@@ -37,6 +37,9 @@ class PlatformConfig:
     # X-Context-Proxy-Org header: off unless the platform opts in, since it tells the provider
     # who the proxy's customers are.
     send_org_header: bool = False
+    # X-Conversation-Id is the proxy's: never forwarded unless the platform opts in (a provider
+    # that keys its own caching or tracing on it).
+    forward_conversation_id: bool = False
     auth_mode: str = "proxy_keys"
     defaults: Mapping[str, Any] = field(default_factory=dict)  # flat, validated platform layer
     locks: frozenset[str] = frozenset()
@@ -107,13 +110,11 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}'")
     upstream = _mapping(doc.get("upstream"), where, "upstream")
-    if set(upstream) - {"base_url", "api_key_env", "send_org_header"}:
-        raise ConfigError(f"{where}: 'upstream': only 'base_url', 'api_key_env' and "
-                          "'send_org_header' are allowed")
-    send_org = upstream.get("send_org_header", False)
-    if not isinstance(send_org, bool):
-        raise ConfigError(f"{where}: 'upstream.send_org_header': expected true or false, "
-                          f"got {send_org!r}")
+    if set(upstream) - {"base_url", "api_key_env", "send_org_header", "forward_conversation_id"}:
+        raise ConfigError(f"{where}: 'upstream': only 'base_url', 'api_key_env', "
+                          "'send_org_header' and 'forward_conversation_id' are allowed")
+    send_org = _flag(upstream, "send_org_header", where)
+    forward_id = _flag(upstream, "forward_conversation_id", where)
     auth = _mapping(doc.get("auth"), where, "auth")
     if set(auth) - {"mode"}:
         raise ConfigError(f"{where}: 'auth': only 'mode' is allowed")
@@ -146,12 +147,20 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
         upstream_url=url.rstrip("/"),
         api_key_env=key_env,
         send_org_header=send_org,
+        forward_conversation_id=forward_id,
         auth_mode=mode,
         defaults=flat_defaults,
         locks=frozenset(locks),
         bounds=bounds,
         orgs=_orgs(doc.get("orgs"), where),
     )
+
+
+def _flag(upstream: Mapping[str, Any], name: str, where: str) -> bool:
+    value = upstream.get(name, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: 'upstream.{name}': expected true or false, got {value!r}")
+    return value
 
 
 def load_platform(folder: Path | None) -> PlatformConfig:

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool
 
-from proxy.store.base import Params, Row, Tx, to_pyformat
+from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Row, Tx, to_pyformat
 from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
 CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
@@ -93,6 +93,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         f"CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at {_REAL} NOT NULL)",
         "CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at)",
         "INSERT INTO meta (name, value) VALUES ('signouts_version', 0)"]),
+    ("010_costs", [  # sqlite.py's _m010_costs
+        *(f"ALTER TABLE {table} ADD COLUMN {c} bigint NOT NULL DEFAULT 0"
+          for table, counts in COST_COUNTS.items() for c in counts),
+        *(f"ALTER TABLE {table} ADD COLUMN {c} {_REAL} NOT NULL DEFAULT 0"
+          for table in COST_COUNTS for c in COST_MONEY)]),
 ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
-from proxy.store.base import Params, Tx
+from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Tx
 
 # What opening a file that is no SQLite database, or a folder that cannot be written, raises.
 OPEN_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
@@ -133,6 +133,14 @@ def _m009_console_signouts(db: sqlite_utils.Database) -> None:
     db.table("meta").insert({"name": "signouts_version", "value": 0})
 
 
+def _m010_costs(db: sqlite_utils.Database) -> None:
+    for table, counts in COST_COUNTS.items():
+        for column in counts:
+            db.table(table).add_column(column, int, not_null_default=0)
+        for column in COST_MONEY:
+            db.table(table).add_column(column, float, not_null_default=0)
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -143,6 +151,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("007_usage_hourly", _m007_usage_hourly),
     ("008_leases", _m008_leases),
     ("009_console_signouts", _m009_console_signouts),
+    ("010_costs", _m010_costs),
 ]
 
 

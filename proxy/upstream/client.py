@@ -24,7 +24,12 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
 })
-_CLIENT_ONLY = frozenset({"authorization", "x-api-key", "x-context-compact", "cookie"})
+_CLIENT_ONLY = frozenset({"authorization", "x-api-key", "cookie"})
+# Request headers the proxy consumes (SPEC section 2): they name a team's conversations (ticket
+# ids, user names) and ask things of the proxy, so the provider never sees them. The platform may
+# opt in to forward the conversation id (``forwarding_conversation_id``) for providers using it.
+CONVERSATION_HEADER = "X-Conversation-Id"
+CONSUMED_PREFIX = "x-context-"
 # Request credentials an upstream (or a proxy in front of it) may echo in its answer: never
 # relayed to a client, whatever the route.
 _ECHOED_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
@@ -32,12 +37,14 @@ _ECHOED_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "x-api-
 
 def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
                     identity: bool = False) -> CIMultiDict[str]:
-    """Headers to send upstream: the client's, minus hop-by-hop and credentials, plus ours."""
+    """Headers to send upstream: the client's, minus hop-by-hop, credentials and the headers the
+    proxy consumes (``X-Conversation-Id``, ``X-Context-*``), plus ours."""
     out: CIMultiDict[str] = CIMultiDict()
     connection_tokens = {t.strip().lower() for t in incoming.get("Connection", "").split(",")}
     for name, value in incoming.items():
         low = name.lower()
-        if low in HOP_BY_HOP or low in _CLIENT_ONLY or low in connection_tokens:
+        if low in HOP_BY_HOP or low in _CLIENT_ONLY or low in connection_tokens \
+                or low.startswith(CONSUMED_PREFIX) or low == "x-conversation-id":
             continue
         if identity and low == "accept-encoding":
             continue
@@ -46,6 +53,16 @@ def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
         out["Accept-Encoding"] = "identity"
     if upstream_key:
         out["Authorization"] = f"Bearer {upstream_key}"
+    return out
+
+
+def forwarding_conversation_id(out: CIMultiDict[str], incoming: Mapping[str, str],
+                               forward: bool) -> CIMultiDict[str]:
+    """``out`` (what ``request_headers`` made of ``incoming``) with the client's
+    ``X-Conversation-Id`` put back when the platform opts in to ``forward`` it."""
+    value = incoming.get(CONVERSATION_HEADER) if forward else None
+    if value is not None:
+        out[CONVERSATION_HEADER] = value
     return out
 
 

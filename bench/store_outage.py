@@ -227,7 +227,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         with Replicas(tmp, url, 3, fake=FakeUpstream(), policies=POLICIES) as r:
             seen = [r.create_key() for _ in range(SEEN)]
-            run_keys.extend(r.create_key() for _ in range(400))
+            run_keys.extend(r.create_key() for _ in range(1500))
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
                 # Each replica validates keys for itself: every seen key is used once on each
                 # (the clients then go round-robin, as behind a load balancer).

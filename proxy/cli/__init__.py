@@ -54,6 +54,9 @@ def _serve(settings: Settings) -> int:
     from proxy.http.access import ACCESS_LOGGER, AccessLog
 
     app = create_app(settings)
+    from proxy.cli import upstream_check
+
+    upstream_check.install(app, settings, startup.public_url(settings.upstream_url))
     startup.tune_collector()
     startup.tune_allocator()
     line = startup.startup_line(settings, sock)

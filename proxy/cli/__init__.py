@@ -54,9 +54,10 @@ def _serve(settings: Settings) -> int:
     from proxy.http.access import ACCESS_LOGGER, AccessLog
 
     app = create_app(settings)
-    from proxy.cli import upstream_check
+    from proxy.cli import shutdown_log, upstream_check
 
     upstream_check.install(app, settings, startup.public_url(settings.upstream_url))
+    shutdown_log.install(app)
     startup.tune_collector()
     startup.tune_allocator()
     line = startup.startup_line(settings, sock)

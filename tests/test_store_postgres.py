@@ -122,8 +122,8 @@ def test_database_settings() -> None:
     settings = load_settings({"CONTEXT_PROXY_DATABASE_URL": "postgres://u@db/x",
                               "CONTEXT_PROXY_DB_POOL_SIZE": "3"})
     assert (settings.store_target, settings.db_pool_size) == ("postgresql://u@db/x", 3)
-    assert load_settings({"CONTEXT_PROXY_DATABASE_URL": ""}).store_target == Path(
-        "context-proxy.db")
+    assert load_settings({"CONTEXT_PROXY_DATABASE_URL": "", "XDG_DATA_HOME": "/srv/d"}
+                         ).store_target == Path("/srv/d/context-proxy/context-proxy.db")
     with pytest.raises(ConfigError, match="CONTEXT_PROXY_DB_POOL_SIZE"):
         load_settings({"CONTEXT_PROXY_DB_POOL_SIZE": "0"})
 

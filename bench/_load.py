@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
-from _procs import CLK_TCK, Target, cpu_ticks, tail
+from _procs import Target, cpu_ns, tail
 from _workload import Growing
 
 
@@ -125,10 +125,10 @@ LARGE = ("large", 1)  # the cell of the large scenario
 
 @dataclass
 class Cell:
-    """The samples of one table: latencies (seconds) and CPU ticks per target key."""
+    """The samples of one table: latencies (seconds) and CPU time (ns) per target key."""
 
     samples: dict[str, list[float]] = field(default_factory=dict)  # target key -> seconds
-    # target key -> [relay CPU ticks, fake CPU ticks, requests]
+    # target key -> [relay CPU ns, fake CPU ns, requests]
     cpu: dict[str, list[int]] = field(default_factory=dict)
 
     def add_cpu(self, key: str, relay: int, fake: int, n: int) -> None:
@@ -142,7 +142,7 @@ class Cell:
         relay, fake, n = self.cpu.get(key, [0, 0, 0])
         if not n:
             return None, None
-        return relay * 1e6 / CLK_TCK / n, fake * 1e6 / CLK_TCK / n
+        return relay / 1e3 / n, fake / 1e3 / n
 
 
 def _reset(t: Target) -> None:
@@ -172,19 +172,19 @@ async def _rounds(targets: list[Target], rounds: int,
                   run_batch: Callable[[Target, int], Awaitable[Times]], fake_pid: int,
                   record: Callable[[Target, Times, int, int], None], what: str) -> None:
     """``rounds`` rounds over the live targets, order rotated each round; ``record`` gets each
-    batch's times and the CPU ticks the target's process and the fake used meanwhile."""
+    batch's times and the CPU time (ns) the target's process and the fake used meanwhile."""
     for r in range(rounds):
         live = [t for t in targets if t.error is None]
         if not live:
             return
         for t in live[r % len(live):] + live[:r % len(live)]:
-            relay0, fake0 = cpu_ticks(t.pid), cpu_ticks(fake_pid)
+            relay0, fake0 = cpu_ns(t.pid), cpu_ns(fake_pid)
             try:
                 times = await run_batch(t, r)
             except Exception as e:
                 t.error = f"failed during {what}: {type(e).__name__}: {e}"
                 continue
-            record(t, times, cpu_ticks(t.pid) - relay0, cpu_ticks(fake_pid) - fake0)
+            record(t, times, cpu_ns(t.pid) - relay0, cpu_ns(fake_pid) - fake0)
 
 
 async def measure(session: aiohttp.ClientSession, targets: list[Target],
@@ -281,3 +281,46 @@ async def measure_large(session: aiohttp.ClientSession, targets: list[Target], g
     progress(f"  measured {'large':13s} c=1  in {time.perf_counter() - started:5.1f} s "
              "(warm-up included)")
     return LargeRun(title, cell, targets, headers)
+
+
+Body = Callable[[int], bytes]
+SCENARIO_WARM_BASE = 50_000_000  # warm-up bodies: indices no measured round uses
+
+
+async def measure_scenarios(session: aiohttp.ClientSession, targets: list[Target],
+                            scenarios: dict[str, tuple[str, Body]], plan: Plan, fake_pid: int,
+                            progress: Callable[[str], None]) -> dict[tuple[str, int], Cell]:
+    """Cells keyed by (scenario name, concurrency), non-streamed. Round ``r`` sends every
+    target the same bodies, ``body(base + i)`` for the round's ``n`` requests, where no other
+    round or concurrency uses those indices: each request is new to every target."""
+    cells: dict[tuple[str, int], Cell] = {}
+    for name, (_, body) in scenarios.items():
+        for t in targets:  # the scenario's first requests (new shapes, encodings) go unmeasured
+            if t.error is None:
+                n = 16 if t.key == "litellm" else 64
+                await batch(session, t, [body(SCENARIO_WARM_BASE + i) for i in range(n)],
+                            False, 16, n, 60)
+                _reset(t)
+        for conc in (1, 16):
+            cell = cells[(name, conc)] = Cell({t.key: [] for t in targets})
+            built: dict[int, list[bytes]] = {}
+
+            async def run_batch(t: Target, r: int, conc: int = conc, body: Body = body,
+                                built: dict[int, list[bytes]] = built) -> Times:
+                n = plan.per_round[("litellm" if t.key == "litellm" else "fast", conc)]
+                if r not in built:  # built before the round's first batch is timed
+                    base = 1_000_000 * conc + 10_000 * r
+                    built.clear()
+                    built[r] = [body(base + i) for i in range(plan.per_round[("fast", conc)])]
+                return await batch(session, t, built[r][:n], False, conc, n, plan.max_batch_s)
+
+            def record(t: Target, times: Times, relay: int, fake: int,
+                       cell: Cell = cell) -> None:
+                cell.add_cpu(t.key, relay, fake, len(times[1]))
+                cell.samples[t.key] += times[1]
+
+            started = time.perf_counter()
+            await _rounds(targets, plan.rounds, run_batch, fake_pid, record, f"{name} c={conc}")
+            progress(f"  measured {name:13s} c={conc:<2d} in "
+                     f"{time.perf_counter() - started:5.1f} s")
+    return cells

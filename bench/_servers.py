@@ -167,6 +167,38 @@ async def start_litellm(procs: Procs, session: aiohttp.ClientSession, upstream: 
     return await _ready(t, session, proc, port, "/health/readiness", 150, LITELLM_KEY)
 
 
+def awecompress_exe() -> Path | None:
+    """awecompress's command: ``$BENCH_AWECOMPRESS``, else beside this Python, else in a
+    ``.venv-awe`` virtualenv at the repository root (``bench/README.md``); None when absent."""
+    named = os.environ.get("BENCH_AWECOMPRESS")
+    for exe in ([Path(named)] if named else
+                [Path(sys.executable).parent / "awecompress", ROOT / ".venv-awe/bin/awecompress"]):
+        if exe.exists():
+            return exe
+    return None
+
+
+async def start_awecompress(procs: Procs, session: aiohttp.ClientSession, upstream: str
+                            ) -> Target:
+    """awecompress (PyPI) in front of the fake: its default compression threshold (60,000
+    estimated tokens), far above every request here, so it estimates and relays."""
+    t = Target("awe", "awecompress", log=procs.tmp / "awecompress.log")
+    exe = awecompress_exe()
+    if exe is None:
+        raise RuntimeError("not installed: python -m venv .venv-awe && "
+                           ".venv-awe/bin/pip install awecompress (or set BENCH_AWECOMPRESS)")
+    home = procs.tmp / "awecompress"
+    home.mkdir(exist_ok=True)
+    port = free_port()
+    cfg = home / "config.json"
+    cfg.write_text(json.dumps({"port": port, "upstream": upstream.removesuffix("/v1"),
+                               "dbPath": str(home / "summaries.db")}))
+    env = child_env({"AWECOMPRESS_CONFIG_DIR": str(home)})
+    proc = procs.spawn("awecompress", [str(exe), "serve", "--config", str(cfg), "--host",
+                                       "127.0.0.1", "--port", str(port)], env)
+    return await _ready(t, session, proc, port, "/", 60, UPSTREAM_KEY)
+
+
 Starter = Callable[[Procs, aiohttp.ClientSession, str], Awaitable[Target]]
 # (key, label, log file name, starter) of every relay the bench can measure
 STARTERS: dict[str, tuple[str, str, Starter]] = {
@@ -174,6 +206,7 @@ STARTERS: dict[str, tuple[str, str, Starter]] = {
     "cp": ("context-proxy", "context-proxy", start_context_proxy),
     "cp-loaded": ("cp (1k orgs)", "cp-loaded", start_cp_loaded),
     "litellm": ("LiteLLM proxy", "litellm", start_litellm),
+    "awe": ("awecompress", "awecompress", start_awecompress),
 }
 
 

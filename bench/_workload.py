@@ -236,3 +236,66 @@ class Growing:
 
     def tokens(self, i: int) -> int | None:
         return count_tokens(self.messages[:self.count(i)], agent.TOOLS, self.model)
+
+
+# --- the per-request scenarios: every request differs from the one before -------------------
+
+GROW_TURNS = 40  # turns of one growing conversation before the next one starts
+
+
+def _turn(conv: int, t: int) -> list[dict[str, Any]]:
+    """Turn ``t`` of conversation ``conv``: the assistant's answer to the last user message and
+    the user's next message (two messages: the list still ends with the user)."""
+    return [{"role": "assistant", "content": f"Turn {t}: {NEXT[t % len(NEXT)]} is done for "
+             f"conversation {conv}; the refund path now keeps partial captures in the total."},
+            {"role": "user", "content": f"OK ({conv}.{t}). {ASIDES[t % len(ASIDES)]}"}]
+
+
+def _opening(conv: int) -> list[dict[str, Any]]:
+    """The fixed 50 messages, with a first user message of its own per conversation (so the
+    proxy names each conversation apart: its id is a digest of the opening)."""
+    msgs = build_messages()
+    msgs[1] = {"role": "user", "content": f"{TASK} (conversation {conv})"}
+    return msgs
+
+
+def _body(messages: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"model": MODEL, "messages": messages, "tools": TOOLS,
+                       "temperature": 0.2}).encode()
+
+
+def last_changes_body(i: int) -> bytes:
+    """Request ``i`` of one conversation of 50 messages whose last (user) message is new on
+    every request: the first 49 repeat the previous request byte for byte."""
+    msgs = build_messages()
+    msgs[-1] = {"role": "user", "content": f"{msgs[-1]['content']} (request {i})"}
+    return _body(msgs)
+
+
+def growing_body(i: int) -> bytes:
+    """Request ``i`` of conversations that grow by one turn per request: conversation
+    ``i // GROW_TURNS`` at turn ``i % GROW_TURNS`` (the fixed 50 messages plus that many
+    turns), so each request is the previous one plus one turn."""
+    conv, t = divmod(i, GROW_TURNS)
+    msgs = _opening(1_000_000 + conv)
+    for k in range(t + 1):
+        msgs += _turn(conv, k)
+    return _body(msgs)
+
+
+def many_body(i: int, conversations: int = 16) -> bytes:
+    """Request ``i`` of ``conversations`` distinct conversations at once: conversation
+    ``i % conversations``, one turn longer than its previous request."""
+    t, conv = divmod(i, conversations)
+    msgs = _opening(2_000_000 + conv + conversations * (t // GROW_TURNS))
+    for k in range(t % GROW_TURNS + 1):
+        msgs += _turn(conv, k)
+    return _body(msgs)
+
+
+# name -> (title, body of request i): the scenarios measured at concurrency 1 and 16
+SCENARIOS = {
+    "last-changes": ("50 messages, the last one new on every request", last_changes_body),
+    "growing": ("one conversation growing by one turn per request", growing_body),
+    "16-convs": ("16 conversations at once, each one turn longer per request", many_body),
+}

@@ -39,20 +39,37 @@ for _path in (str(BENCH.parent), str(BENCH)):  # the proxy package, and this fil
         sys.path.insert(0, _path)
 
 import aiohttp  # noqa: E402
-from _load import LargeRun, large_targets, make_plan, measure, measure_large, warm  # noqa: E402
+from _load import (  # noqa: E402
+    LargeRun,
+    large_targets,
+    make_plan,
+    measure,
+    measure_large,
+    measure_scenarios,
+    warm,
+)
 from _overhead_header import HeaderCheck, header_check, report_header  # noqa: E402
 from _procs import LoadMeter, Procs, Target, wait_quiet  # noqa: E402
 from _report import report  # noqa: E402
 from _servers import direct_target, serve_fake, start_all, start_fake  # noqa: E402
-from _workload import MODEL, TOOLS, Growing, build_messages, count_tokens, small_body  # noqa: E402
+from _workload import (  # noqa: E402
+    MODEL,
+    SCENARIOS,
+    TOOLS,
+    Growing,
+    build_messages,
+    count_tokens,
+    small_body,
+)
 
 
 async def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.quick)
     bodies = {False: small_body(False), True: small_body(True)}
     tokens = count_tokens(build_messages(), TOOLS, MODEL)
-    grow = None if args.no_large else Growing(plan.rounds * plan.large_per_round,
-                                              plan.large_warmup)
+    grow = None if args.no_large or args.only_scenarios else \
+        Growing(plan.rounds * plan.large_per_round, plan.large_warmup)
+    scenarios = {} if args.no_scenarios else SCENARIOS
 
     def say(line: str) -> None:
         print(line, flush=True)
@@ -82,11 +99,15 @@ async def run(args: argparse.Namespace) -> int:
                 upstream = await start_fake(procs, args.chunk_delay_ms)
                 direct = direct_target(procs, upstream)
                 keys = ["bare", "cp"] + (["cp-loaded"] if args.policy_load else []) \
-                    + ([] if args.no_litellm else ["litellm"])
+                    + ([] if args.no_litellm else ["litellm"]) \
+                    + ([] if args.no_awecompress else ["awe"])
                 targets = [direct, *await start_all(procs, session, upstream, keys)]
                 if args.no_litellm:
                     targets.append(Target("litellm", "LiteLLM proxy",
                                           error="skipped (--no-litellm)"))
+                if args.no_awecompress:
+                    targets.append(Target("awe", "awecompress",
+                                          error="skipped (--no-awecompress)"))
                 say(f"servers up in {time.perf_counter() - t_start:.1f} s; warming up")
                 await warm(session, [t for t in targets if t.error is None], bodies, plan)
                 if direct.error is not None:
@@ -98,7 +119,10 @@ async def run(args: argparse.Namespace) -> int:
                 await wait_quiet(ours, args.wait_quiet, say)
                 meter = LoadMeter(ours)
                 fake_pid = procs.procs[0].pid
-                cells = await measure(session, targets, bodies, plan, fake_pid, say)
+                cells = {} if args.only_scenarios else \
+                    await measure(session, targets, bodies, plan, fake_pid, say)
+                cells |= await measure_scenarios(session, targets, scenarios, plan, fake_pid,
+                                                 say)
                 if grow is not None:
                     large = await measure_large(session, large_targets(targets), grow, plan,
                                                 fake_pid, say)
@@ -109,7 +133,7 @@ async def run(args: argparse.Namespace) -> int:
                 other = meter.cpus()
             finally:
                 procs.stop()
-    ok = report(targets, cells, say, large)
+    ok = report(targets, cells, say, large, {k: title for k, (title, _) in scenarios.items()})
     if said is not None:
         report_header(said, say)
     say(f"\nother processes on this machine used {other:.2f} CPUs on average while measuring"
@@ -127,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
     p.add_argument("--no-large", action="store_true",
                    help="skip the large (2 MB, 1,600-message) conversation")
+    p.add_argument("--no-awecompress", action="store_true", help="skip awecompress")
+    p.add_argument("--no-scenarios", action="store_true",
+                   help="skip the scenarios whose every request is new (last message changes, "
+                        "growing conversation, 16 conversations)")
+    p.add_argument("--only-scenarios", action="store_true",
+                   help="measure only those scenarios (implies --no-large)")
     p.add_argument("--policy-load", action="store_true",
                    help="also measure context-proxy on a database of 1,000 organizations and "
                         "10,000 keys (row 'cp (1k orgs)')")

@@ -95,14 +95,14 @@ async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, flo
         policies = PolicyService(PlatformConfig(), store)
         reqs = [_Req(k) for k in keys]
         for r in reqs:  # warm both caches, as a running server would be
-            p = auth.authenticate(r)  # type: ignore[arg-type]
+            p = await auth.authenticate(r)  # type: ignore[arg-type]
             policies.resolve(p.org, p.user)
         both, alone = [], []
-        principals = [auth.authenticate(r) for r in reqs]  # type: ignore[arg-type]
+        principals = [await auth.authenticate(r) for r in reqs]  # type: ignore[arg-type]
         for _ in range(rounds):
             t0 = time.perf_counter_ns()
             for r in reqs:
-                p = auth.authenticate(r)  # type: ignore[arg-type]
+                p = await auth.authenticate(r)  # type: ignore[arg-type]
                 policies.resolve(p.org, p.user)
             t1 = time.perf_counter_ns()
             for p in principals:

@@ -29,7 +29,7 @@ from proxy.policy.service import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
-from proxy.store import Store, is_database_url, leases
+from proxy.store import Store, StoreUnavailable, is_database_url, leases
 from proxy.upstream.client import Upstream, fetch_models
 
 log = logging.getLogger("context_proxy")
@@ -39,7 +39,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     store = Store(settings.store_target, settings.db_pool_size)
     if not is_database_url(settings.store_target):  # SQLite: this process is its only one
-        left = await store.write(leases.release_others)
+        left = await store.write(leases.release_others, deadline=None)
         if left:
             log.info("released %d lease(s) an earlier process left in the store", left)
     metrics = Metrics()
@@ -47,10 +47,14 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
                         settings.upstream_timeout_s, metrics)
     anthropic = Upstream(settings.anthropic_url, settings.anthropic_api_key,
                          settings.upstream_timeout_s, metrics)
-    auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key)
+    auth = Authenticator(store, settings.auth_mode, settings.upstream_api_key,
+                         settings.key_grace_s)
     policies = PolicyService(settings.platform)
+    records = Records(store, lambda what, n: metrics.store_writes_lost.labels(what).inc(n))
+    store.health.listen(lambda up: metrics.store_up.set(1 if up else 0))
+    metrics.store_writes_queued.set_function(lambda: len(records.deferred))
     context = ContextService(
-        counter=TokenCounter(), records=Records(store), metrics=metrics, policies=policies,
+        counter=TokenCounter(), records=records, metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream), shared=LearnedWindows(store)),
         summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header),
         api_summarizers=api_summarizers({"messages": anthropic, "responses": upstream}))
@@ -62,13 +66,23 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     for task in background:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
-    try:
-        await context.records.flush_usage()
-    except Exception:
-        log.exception("writing the last usage figures failed")
+    await _last_writes(records, metrics)
     await upstream.close()
     await anthropic.close()
-    store.close()
+    await store.aclose()
+
+
+async def _last_writes(records: Records, metrics: Metrics) -> None:
+    """At shutdown: write what is queued and counted; what cannot be is counted as lost."""
+    await records.deferred.drain()
+    records.deferred.give_up()
+    try:
+        await records.flush_usage()
+    except Exception as e:
+        lost = records.pending_usage()
+        log.warning("writing the last usage figures failed (%s): %d lost", type(e).__name__,
+                    lost)
+        metrics.store_writes_lost.labels("usage").inc(lost)
 
 
 async def _purge_spills(store: Store, records: Records, every_s: float = 3600) -> None:
@@ -92,6 +106,8 @@ async def _flush_usage(records: Records, every_s: float = 2.0) -> None:
         await asyncio.sleep(every_s)
         try:
             await records.flush_usage()
+        except StoreUnavailable:
+            pass  # kept for the next try; the store's own outage line says why
         except Exception:
             log.exception("writing usage figures failed; they are kept for the next try")
 

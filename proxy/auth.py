@@ -4,21 +4,28 @@ Key lookups are cached in memory. The cache is checked against the store's ``key
 counter (moved by every key write of any process: the CLI, another replica), at most every
 ``CHECK_EVERY_S`` and at once after a key write of this process: a key revoked in this process
 is refused on the very next request, one revoked by another process within 50 ms, and a
-request normally costs one dictionary lookup.
+request normally costs one dictionary lookup. Every store read runs off the event loop
+(``Store.run``), one version check at a time.
+
+While the store is unreachable the cache is kept: a key validated within the grace
+(``CONTEXT_PROXY_KEY_GRACE_S``, default 600 s: found valid, or used while the store answered)
+is still served; any other key gets 503 ``store_unavailable`` at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from proxy.errors import ApiError
-from proxy.store import Store, hash_key
+from proxy.store import KeyRecord, Store, StoreUnavailable, hash_key
 
 DEFAULT_ORG = "default"
 CHECK_EVERY_S = 0.05  # how stale the key cache may be for another process's writes
+DEFAULT_KEY_GRACE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -52,29 +59,50 @@ def bearer_token(request: web.Request) -> str | None:
     return other or None
 
 
+@dataclass
+class _Entry:
+    principal: Principal | None  # None: the key is unknown or revoked (401)
+    validated_at: float  # monotonic: when the store last vouched for it
+
+
 class Authenticator:
-    def __init__(self, store: Store, mode: str, upstream_key: str | None) -> None:
+    def __init__(self, store: Store, mode: str, upstream_key: str | None,
+                 grace_s: float = DEFAULT_KEY_GRACE_S) -> None:
         self.store = store
         self.mode = mode
         self.upstream_key = upstream_key
-        self._cache: dict[str, Principal | None] = {}
+        self.grace_s = grace_s
+        self._cache: dict[str, _Entry] = {}
         self._keys_version = -1
         self._checked = float("-inf")
+        self._confirmed = float("-inf")  # the last time the store answered the version check
         self._writes = -1
+        self._check: asyncio.Future[None] | None = None
 
-    def _fresh_cache(self) -> dict[str, Principal | None]:
+    async def _fresh_cache(self) -> dict[str, _Entry]:
         now = time.monotonic()
         if now - self._checked < CHECK_EVERY_S and self._writes == self.store.key_writes:
             return self._cache
-        self._checked, self._writes = now, self.store.key_writes
-        kv = self.store.keys_version()
-        if kv != self._keys_version:
-            self._keys_version = kv
-            self._cache.clear()
+        if self._check is None:  # one check in flight; concurrent requests share it
+            self._check = asyncio.ensure_future(self._check_version(now))
+        check = self._check
+        await asyncio.shield(check)
         return self._cache
 
-    def _resolve(self, token: str, digest: str) -> Principal | None:
-        rec = self.store.find_key(digest)
+    async def _check_version(self, now: float) -> None:
+        try:
+            self._checked, writes = now, self.store.key_writes
+            kv = await self.store.run(self.store.keys_version)
+            self._writes, self._confirmed = writes, time.monotonic()
+            if kv != self._keys_version:
+                self._keys_version = kv
+                self._cache.clear()
+        except StoreUnavailable:
+            pass  # the cache stands; entries past the grace are refused (``_vouched``)
+        finally:
+            self._check = None
+
+    def _resolve(self, rec: KeyRecord | None, token: str, digest: str) -> Principal | None:
         if self.mode == "passthrough":
             # The client's own key goes upstream; a binding only chooses the organization.
             if rec is None:
@@ -85,23 +113,36 @@ class Authenticator:
             return None
         return Principal(rec.org, rec.user, rec.id, self.upstream_key)
 
-    def authenticate(self, request: web.Request) -> Principal:
-        """Return the caller or raise a 401 ``ApiError``."""
+    def _vouched(self, entry: _Entry) -> Principal | None:
+        """The cached answer, while the store vouches for it or within the grace after."""
+        now = time.monotonic()
+        if self.store.up and now - self._confirmed < 1.0:
+            entry.validated_at = now
+        elif now - entry.validated_at > self.grace_s:
+            raise StoreUnavailable("key not validated within the grace")
+        return entry.principal
+
+    async def authenticate(self, request: web.Request) -> Principal:
+        """Return the caller or raise a 401 ``ApiError`` (503 ``StoreUnavailable``: a key the
+        store cannot check now and has not vouched for within the grace)."""
         token = bearer_token(request)
         if token is None:
             raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' "
                            "(or 'x-api-key: <key>').",
                            code="missing_api_key")
-        cache = self._fresh_cache()
+        cache = await self._fresh_cache()
         # Keyed by the key itself: it is in this process's memory anyway (the request holds
         # it), and a hit then costs no SHA-256.
-        if token in cache:
-            principal = cache[token]
+        entry = cache.get(token)
+        if entry is not None:
+            principal = self._vouched(entry)
         else:
-            principal = self._resolve(token, hash_key(token))
+            digest = hash_key(token)
+            rec = await self.store.run(self.store.find_key, digest)
+            principal = self._resolve(rec, token, digest)
             if len(cache) >= 100_000:
                 cache.clear()
-            cache[token] = principal
+            cache[token] = _Entry(principal, time.monotonic())
         if principal is None:
             raise ApiError(401, "Invalid or revoked API key.", code="invalid_api_key")
         return principal

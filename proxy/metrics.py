@@ -92,6 +92,18 @@ class Metrics:
             "context_proxy_upstream_cached_tokens",
             "Of those, the tokens the upstream served from its prompt cache.", ["model"],
             registry=r)
+        self.upstream_cache_write_tokens = Counter(
+            "context_proxy_upstream_cache_write_tokens",
+            "Of those, the tokens the upstream stored in its prompt cache (cache writes).",
+            ["model"], registry=r)
+        self.cost_spent = Counter(
+            "context_proxy_cost_spent_usd",
+            "US dollars the upstream calls cost (main and summary calls), priced from the "
+            "policy's models table or litellm's cost map.", ["model"], registry=r)
+        self.cost_without_proxy = Counter(
+            "context_proxy_cost_without_proxy_usd",
+            "US dollars the clients' own requests would have cost without the proxy.",
+            ["model"], registry=r)
         self.prefix_rewrites = Counter(
             "context_proxy_prefix_rewrites",
             "Requests whose messages differ from what the conversation's previous request "
@@ -127,7 +139,7 @@ class Metrics:
         self.upstream_chat = self.upstream_duration.labels("chat")
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._usage_children: dict[str, tuple[Any, Any]] = {}
+        self._usage_children: dict[str, tuple[Any, ...]] = {}
         self._in_flight_children: dict[str, Any] = {}
         self._first_byte_children: dict[str, Any] = {}
         self._error_children: dict[tuple[str, str], Any] = {}
@@ -166,6 +178,19 @@ class Metrics:
             "since start), 0 when it was rejected and the last good policy is in force.",
             registry=r)
         self.policy_reload_ok.set(1)  # serve does not start on a broken folder
+        self.store_up = Gauge(
+            "context_proxy_store_up",
+            "1 while the store (SQLite file or PostgreSQL) answers, 0 from a failed or late "
+            "call until a probe finds it answering again.", registry=r)
+        self.store_up.set(1)
+        self.store_writes_queued = Gauge(
+            "context_proxy_store_writes_queued",
+            "Writes (dividers, spills, usage corrections) the store could not take, queued "
+            "to be written when it answers again.", registry=r)
+        self.store_writes_lost = Counter(
+            "context_proxy_store_writes_lost_total",
+            "Writes given up, by what: dividers, spills, usage corrections or usage figures "
+            "queued past the limit or still unwritten at shutdown.", ["what"], registry=r)
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)  # the shared instances: collected on scrape, nothing else
 
@@ -203,18 +228,30 @@ class Metrics:
         children[0].inc(received)
         children[1].inc(sent)
 
-    def upstream_usage(self, model: str, prompt_tokens: int, cached_tokens: int) -> None:
-        """Count what the upstream reported for one call (``model``: the model called)."""
+    def _model_children(self, model: str) -> tuple[Any, ...]:
         children = self._usage_children.get(model)
         if children is None:
             if len(self._usage_children) > 10_000:
                 self._usage_children.clear()
             label = self.model_label(model)
-            children = self._usage_children[model] = (
-                self.upstream_prompt_tokens.labels(label),
-                self.upstream_cached_tokens.labels(label))
+            children = self._usage_children[model] = tuple(c.labels(label) for c in (
+                self.upstream_prompt_tokens, self.upstream_cached_tokens,
+                self.upstream_cache_write_tokens, self.cost_spent, self.cost_without_proxy))
+        return children
+
+    def upstream_usage(self, model: str, prompt_tokens: int, cached_tokens: int,
+                       written_tokens: int = 0) -> None:
+        """Count what the upstream reported for one call (``model``: the model called)."""
+        children = self._model_children(model)
         children[0].inc(prompt_tokens)
         children[1].inc(cached_tokens)
+        children[2].inc(written_tokens)
+
+    def money(self, model: str, spent: float, without: float) -> None:
+        """Count one call's money in US dollars: spent upstream, and without the proxy."""
+        children = self._model_children(model)
+        children[3].inc(spent)
+        children[4].inc(without)
 
     def in_flight_for(self, route: str) -> Any:
         """The in-flight gauge child of ``route`` (a route template: few)."""

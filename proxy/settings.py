@@ -157,6 +157,7 @@ class Settings:
     anthropic_api_key: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
     shutdown_grace_s: float = 8.0  # after SIGTERM, how long open requests may finish
+    key_grace_s: float = 600.0  # store unreachable: keys validated this recently are served
     log_format: str = "text"
     trusted_proxies: tuple[Network, ...] = ()  # front ends whose X-Forwarded-* are believed
     platform: PlatformConfig = field(default_factory=PlatformConfig)
@@ -216,6 +217,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         or env.get("ANTHROPIC_API_KEY") or None,
         max_body_bytes=int(_env_number("CONTEXT_PROXY_MAX_BODY_BYTES", env, 32 * 1024 * 1024)),
         shutdown_grace_s=_env_number("CONTEXT_PROXY_SHUTDOWN_GRACE_S", env, 8.0),
+        key_grace_s=_env_number("CONTEXT_PROXY_KEY_GRACE_S", env, 600.0),
         platform=platform,
         log_format=log_format,
         trusted_proxies=check_trusted_proxies(env.get("CONTEXT_PROXY_TRUSTED_PROXIES")),

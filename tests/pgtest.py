@@ -8,21 +8,18 @@ the test. A schema is much cheaper to make than a database, which keeps the seco
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import os
 import secrets
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 from needs import need
 
 from proxy.store.postgres import connect, public_url
+from proxy.testing.forwarder import Forwarder
 
 SERVER_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 INSTALL_POSTGRES = ("run a PostgreSQL server there (Debian: apt-get install -y postgresql; trust "
@@ -79,77 +76,4 @@ def fresh_schema() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-class Relay:
-    """A TCP relay on a loopback port the OS picks, in front of the PostgreSQL server: ``down()``
-    cuts every relayed connection and refuses new ones (the database has gone away), ``up()``
-    serves again on the same port."""
-
-    def __init__(self, target_port: int = 5432) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._open: set[asyncio.StreamWriter] = set()
-
-    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._open.add(writer)
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._open.add(up_writer)
-        try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-        finally:
-            for w in (writer, up_writer):
-                w.transport.abort()
-                self._open.discard(w)
-
-    async def _up(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _down(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._open):
-            writer.transport.abort()
-        self._open.clear()
-        await self._server.wait_closed()
-
-    def start(self) -> Relay:
-        self._thread.start()
-        self._call(self._up())
-        return self
-
-    def up(self) -> None:
-        self._call(self._up())
-
-    def down(self) -> None:
-        self._call(self._down())
-
-    async def _finish(self) -> None:
-        if self._server is not None and self._server.is_serving():
-            await self._down()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def stop(self) -> None:
-        self._call(self._finish())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+Relay = Forwarder  # the forwarder in front of the PostgreSQL server (proxy.testing)

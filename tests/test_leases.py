@@ -78,10 +78,10 @@ async def test_a_limit_learned_by_one_process_caps_the_others(two: tuple[Store, 
 async def test_a_stored_limit_counts_for_its_ttl_only(two: tuple[Store, Store]) -> None:
     a, b = two
     await LearnedWindows(a).save("my-llama", 8_000)
-    assert LearnedWindows(b, refresh_s=0).get("my-llama") == 8_000
-    assert LearnedWindows(b, refresh_s=0, ttl_s=0).get("my-llama") is None
+    assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 8_000
+    assert await LearnedWindows(b, refresh_s=0, ttl_s=0).get("my-llama") is None
     await LearnedWindows(a, ttl_s=0).save("my-llama", 20_000)  # the old one has run out
-    assert LearnedWindows(b, refresh_s=0).get("my-llama") == 20_000
+    assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 20_000
 
 
 def test_a_start_on_sqlite_releases_what_earlier_processes_held(

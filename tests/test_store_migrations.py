@@ -50,7 +50,7 @@ def test_new_migrations_are_appended_after_the_released_ones() -> None:
     assert [name for name, _ in MIGRATIONS] == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
         "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
-        "009_console_signouts"]
+        "009_console_signouts", "010_costs"]
 
 
 def test_a_fresh_database_has_no_unused_columns(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_004_keeps_rows_values_and_indexes_of_an_old_database(tmp_path: Path) ->
 
     assert migrate(db) == ["004_drop_unused_columns", "005_usage_totals",
                            "006_truncated_summaries", "007_usage_hourly", "008_leases",
-                           "009_console_signouts"]
+                           "009_console_signouts", "010_costs"]
 
     for table, column in DROPPED.items():
         assert column not in _columns(db, table)

@@ -162,11 +162,12 @@ def relay() -> Iterator[Relay]:
 def test_a_database_gone_away_is_a_503_store_unavailable_then_recovers(
         make_harness: Callable[..., Harness], schema_url: str, relay: Relay) -> None:
     h = make_harness(env={"CONTEXT_PROXY_DATABASE_URL": via_port(schema_url, relay.port)})
-    key = h.create_key("acme")
+    key, unseen = h.create_key("acme"), h.create_key("acme")
     chat(h, key, "c1")
     relay.down()
+    assert chat(h, key, "c2").choices[0].message.content  # seen: served from memory
     with pytest.raises(openai.InternalServerError) as info:
-        chat(h, key, "c2")
+        chat(h, unseen, "c2")
     assert info.value.status_code == 503
     assert info.value.body == {"message": "The proxy's store is unavailable; try again shortly.",
                                "type": "server_error", "param": None,
@@ -179,3 +180,4 @@ def test_a_database_gone_away_is_a_503_store_unavailable_then_recovers(
             break
         time.sleep(0.1)
     assert chat(h, key, "c3").choices[0].message.content
+    assert chat(h, unseen, "c3").choices[0].message.content

@@ -17,6 +17,7 @@ from multidict import CIMultiDict
 from proxy.context.adapters import Adapted
 from proxy.errors import bad_request
 from proxy.upstream.client import request_headers
+from proxy.upstream.usage import UpstreamUsage
 
 Prompt = list[dict[str, Any]]
 
@@ -27,8 +28,15 @@ class SummaryAnswer:
 
     text: str | None
     tool_call: bool
-    prompt_tokens: int
-    cached_tokens: int
+    usage: UpstreamUsage
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.usage.prompt
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.usage.cached
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,11 @@ class Api:
       keeps (relayed unmanaged).
     - ``shape``: one of the proxy's own (OpenAI-shaped) error answers in this API's shape;
       ``stream_error``: the SSE event that ends a broken stream (``None``: the default one);
-      ``stream_end``: the markers of the events that end a whole stream (one ending without
-      them is broken, whatever its framing said).
+      ``stream_end``: the names of the events that end a whole stream (one ending without
+      them is broken, whatever its framing said; ``upstream.answers.ends_stream``).
     - ``headers``: the client's headers as this API's upstream wants them, with its key.
-    - ``usage``: (prompt tokens, of which cached) in an answer body or an event's data;
+    - ``usage``: the ``UpstreamUsage`` in an answer body or an event's data (prompt tokens,
+      cache reads and writes, output tokens);
       ``usage_marker``: bytes without which a stream line says nothing of usage;
       ``answer_kind``: the (field, value) every whole answer of this API carries.
     - ``summary_body`` and ``summary_answer``: the proxy's own summary call in this API
@@ -57,7 +66,7 @@ class Api:
     route: str
     path: str
     headers: Callable[[Mapping[str, str], str | None], CIMultiDict[str]]
-    usage: Callable[[bytes], tuple[int, int]]
+    usage: Callable[[bytes], UpstreamUsage]
     usage_marker: bytes
     anthropic: bool = False
     read: Callable[[dict[str, Any]], Adapted] | None = None

@@ -6,6 +6,7 @@ version and betas of its API a client speaks, and the proxy's own (summary) call
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -13,24 +14,26 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy.apis.base import Api, SummaryAnswer
 from proxy.upstream.client import Upstream
 from proxy.upstream.completion import CompletionFailed, post_whole
+from proxy.upstream.usage import UpstreamUsage
 
 
 class ApiUsageScanner:
     """The usage of a streamed answer of ``api``, from its data lines (``EventCheck`` feeds
     ``line``): the largest prompt reported wins (Anthropic's ``message_start`` and
-    ``message_delta``, the Responses API's ``response.completed``)."""
+    ``message_delta``, the Responses API's ``response.completed``), its cache figures with it;
+    the output tokens are the largest reported (Anthropic's last ``message_delta``)."""
 
     def __init__(self, api: Api) -> None:
-        self.usage = api.usage
+        self.parse = api.usage
         self.marker = api.usage_marker  # a line without it says nothing about usage
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
+        self.usage = UpstreamUsage()
 
     def line(self, line: bytes) -> None:
         if line.startswith(b"data:") and self.marker in line:
-            prompt, cached = self.usage(line[5:])
-            if prompt >= self.prompt_tokens:
-                self.prompt_tokens, self.cached_tokens = prompt, cached
+            got, was = self.parse(line[5:]), self.usage
+            if got.prompt >= was.prompt:
+                was = replace(got, output=was.output)
+            self.usage = replace(was, output=max(was.output, got.output))
 
 
 API_HEADERS = ("anthropic-beta", "anthropic-version", "openai-beta")

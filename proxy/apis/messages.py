@@ -24,6 +24,7 @@ from proxy.apis.base import Api, Prompt, SummaryAnswer, check_common, first_int,
 from proxy.context.adapters import Adapted, anthropic
 from proxy.errors import as_anthropic, bad_request
 from proxy.upstream.client import request_headers
+from proxy.upstream.usage import UpstreamUsage
 
 ANTHROPIC_VERSION = "2023-06-01"
 STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
@@ -33,11 +34,13 @@ STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
 _INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
 _CACHE_READ = re.compile(rb'"cache_read_input_tokens"\s*:\s*([0-9]+)')
 _CACHE_WRITE = re.compile(rb'"cache_creation_input_tokens"\s*:\s*([0-9]+)')
+_OUTPUT = re.compile(rb'"output_tokens"\s*:\s*([0-9]+)')
 
 
-def usage(data: bytes) -> tuple[int, int]:
-    read = first_int(_CACHE_READ, data)
-    return first_int(_INPUT, data) + read + first_int(_CACHE_WRITE, data), read
+def usage(data: bytes) -> UpstreamUsage:
+    read, written = first_int(_CACHE_READ, data), first_int(_CACHE_WRITE, data)
+    return UpstreamUsage(first_int(_INPUT, data) + read + written, read, written,
+                         first_int(_OUTPUT, data))
 
 
 def headers(incoming: Mapping[str, str], key: str | None) -> CIMultiDict[str]:
@@ -76,13 +79,12 @@ def _thinking_budget(thinking: Any) -> int:
 def summary_answer(raw: bytes) -> SummaryAnswer:
     data = orjson.loads(raw)
     text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
-    prompt, cached = usage(raw)
-    return SummaryAnswer(text or None, data.get("stop_reason") == "tool_use", prompt, cached)
+    return SummaryAnswer(text or None, data.get("stop_reason") == "tool_use", usage(raw))
 
 
 API = Api(name="messages", route="/v1/messages", path="/messages", headers=headers,
           usage=usage, usage_marker=b'"input_tokens"', anthropic=True, read=anthropic.read,
           check=check, shape=as_anthropic, stream_error=STREAM_ERROR,
-          stream_end=(b"message_stop", b"event: error"),
+          stream_end=(b"message_stop", b"error"),
           answer_kind=("type", "message"), summary_body=summary_body,
           summary_answer=summary_answer)

@@ -4,7 +4,7 @@ OpenAI-compatible upstream (its WebSocket mode is ``proxy.http.responses_ws``):
 - the body read by ``proxy.context.adapters.responses``; a request naming a
   ``previous_response_id`` keeps its history at the upstream and is relayed unmanaged;
 - errors in OpenAI's shape; usage: ``input_tokens`` (cache reads included) and
-  ``input_tokens_details.cached_tokens``;
+  ``input_tokens_details.cached_tokens`` and ``cache_write_tokens``, ``output_tokens``;
 - summary calls in this API with the request's ``prompt_cache_key`` (where its cache lives) and,
   riding the cached prefix, its ``tools`` with ``tool_choice: none`` (this cache is not keyed by
   ``tool_choice``), never stored.
@@ -27,13 +27,17 @@ from proxy.apis.base import (
     summary_fields,
 )
 from proxy.context.adapters import Adapted, responses
+from proxy.upstream.usage import UpstreamUsage
 
 _INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
 _CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
+_WRITTEN = re.compile(rb'"cache_write_tokens"\s*:\s*([0-9]+)')
+_OUTPUT = re.compile(rb'"output_tokens"\s*:\s*([0-9]+)')
 
 
-def usage(data: bytes) -> tuple[int, int]:
-    return first_int(_INPUT, data), first_int(_CACHED, data)
+def usage(data: bytes) -> UpstreamUsage:
+    return UpstreamUsage(first_int(_INPUT, data), first_int(_CACHED, data),
+                         first_int(_WRITTEN, data), first_int(_OUTPUT, data))
 
 
 def keeps_history(body: dict[str, Any]) -> bool:
@@ -55,13 +59,12 @@ def summary_answer(raw: bytes) -> SummaryAnswer:
     text = "".join(p.get("text", "") for i in items if i.get("type") == "message"
                    for p in i.get("content") or [] if p.get("type") == "output_text")
     called = any(i.get("type") in ("function_call", "custom_tool_call") for i in items)
-    prompt, cached = usage(raw)
-    return SummaryAnswer(text or None, called, prompt, cached)
+    return SummaryAnswer(text or None, called, usage(raw))
 
 
 API = Api(name="responses", route="/v1/responses", path="/responses", headers=openai_headers,
           usage=usage, usage_marker=b'"input_tokens"', read=responses.read,
           check=check_common, keeps_history=keeps_history, answer_kind=("object", "response"),
           stream_end=(b"response.completed", b"response.failed", b"response.incomplete",
-                      b'"type": "error"', b'"type":"error"'),
+                      b"error"),
           summary_body=summary_body, summary_answer=summary_answer)

@@ -117,9 +117,11 @@ async def overview(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     await _flushed(request)
     await state.policies.refresh()
-    usage = queries.usage_by_org(state.store)
-    series = queries.hourly_series(state.store)
-    orgs = {o["org"]: o for o in state.policies.list_orgs(state.store.snapshot(key_counts))}
+    store = state.store
+    usage = await store.run(queries.usage_by_org, store)
+    series = await store.run(queries.hourly_series, store)
+    orgs = {o["org"]: o for o in state.policies.list_orgs(
+        await store.run(store.snapshot, key_counts))}
     for name in usage:  # an organization known only by its traffic (passthrough's default)
         orgs.setdefault(name, {"org": name, "managed_by": state.policies.managed_by(name),
                                "users": []})
@@ -133,15 +135,17 @@ async def conversations_page(request: web.Request) -> web.StreamResponse:
     require_session(request)
     org, _ = target(request)
     await _flushed(request)
-    rows = queries.conversations(request.app[STATE].store, org)
+    store = request.app[STATE].store
+    rows = await store.run(queries.conversations, store, org)
     return render(request, "conversations.html", org=org, quoted=quote(org, safe=""),
                   conversations=rows, limit=queries.LIST_LIMIT)
 
 
-def _conversation(request: web.Request) -> tuple[str, str, dict[str, Any]]:
+async def _conversation(request: web.Request) -> tuple[str, str, dict[str, Any]]:
     org, _ = target(request)
     key = request.match_info["conversation"]
-    found = queries.conversation(request.app[STATE].store, org, key)
+    store = request.app[STATE].store
+    found = await store.run(queries.conversation, store, org, key)
     if found is None:
         raise Refused(404, "No such conversation in this organization.")
     return org, key, found
@@ -151,22 +155,23 @@ def _conversation(request: web.Request) -> tuple[str, str, dict[str, Any]]:
 async def conversation_page(request: web.Request) -> web.StreamResponse:
     require_session(request)
     await _flushed(request)
-    org, key, found = _conversation(request)
+    org, key, found = await _conversation(request)
     state = request.app[STATE]
-    summaries = queries.summaries(state.store, key)
+    summaries = await state.store.run(queries.summaries, state.store, key)
     dividers = [{**d, "summary": summaries.get(d["id"], "")}
-                for d in state.context.records.dividers(key)]
+                for d in await state.store.run(state.context.records.dividers, key)]
     return render(request, "conversation.html", org=org, quoted=quote(org, safe=""), key=key,
                   conversation=found, dividers=dividers,
-                  spills=queries.spills(state.store, key))
+                  spills=await state.store.run(queries.spills, state.store, key))
 
 
 @page
 async def spill_page(request: web.Request) -> web.StreamResponse:
     """One retained spill's original text (opened on demand from the conversation page)."""
     require_session(request)
-    org, key, found = _conversation(request)
-    spill = request.app[STATE].context.records.spill(key, request.match_info["spill"])
+    org, key, found = await _conversation(request)
+    state = request.app[STATE]
+    spill = await state.store.run(state.context.records.spill, key, request.match_info["spill"])
     if spill is None:
         raise Refused(404, "No such spill (or it expired).")
     return render(request, "spill.html", org=org, quoted=quote(org, safe=""), key=key,

@@ -54,11 +54,11 @@ class Refresher:
 
     async def refresh(self) -> None:
         """One step: read the counter; when it moved, adopt the stored sign-outs."""
-        row = await asyncio.to_thread(self.store.read_one,
-                                      "SELECT value FROM meta WHERE name = ?", [VERSION])
+        row = await self.store.run(self.store.read_one,
+                                   "SELECT value FROM meta WHERE name = ?", [VERSION])
         if row is not None and int(row[0]) == self.version:
             return
-        version, revoked = await asyncio.to_thread(self.store.snapshot, _load)
+        version, revoked = await self.store.run(self.store.snapshot, _load)
         self.sessions.adopt(revoked)
         self.version = version
 

@@ -57,7 +57,7 @@ def api_summarizers(upstreams: Mapping[str, Upstream],
                 raise SummaryFailed("summary call answered with a tool call")
             if not got.text or not got.text.strip():
                 raise SummaryFailed("summary call returned no text")
-            return Answer(got.text, got.prompt_tokens, got.cached_tokens)
+            return Answer(got.text, got.usage)
 
         return summarize
 

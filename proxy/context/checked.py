@@ -1,42 +1,91 @@
 """The message lists of recent chat requests that passed the parser's checks
 (``proxy.http.parse.check_chat``), so a client resending its history has only its new messages
-checked."""
+checked, and ``common_prefix``, how many leading messages two lists share."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
+
+# How many opening messages name a list (up to and including the first user message): agents
+# share a system prompt, so the first message alone would make their conversations evict
+# each other.
+KEY_MESSAGES = 4
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The number of leading items ``a`` and ``b`` share (equal values, compared in C).
+
+    The usual cases cost one slice comparison: one list extends the other, or only the last
+    shared item differs (a client that changes its last message); anything else is searched
+    item by item."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    end = n if a[n - 1] == b[n - 1] else n - 1
+    if a[:end] == b[:end]:
+        return end
+    for i in range(end):
+        if a[i] != b[i]:
+            return i
+    return end  # pragma: no cover - the slices differed, so some item does
+
+
+def restart_point(messages: Sequence[Any], shared: int) -> int:
+    """Where the ordering check can start afresh within the first ``shared`` messages of a
+    list that passed it: after the last message that neither is a tool result nor makes tool
+    calls (after it, no call was open, since the list passed)."""
+    j = shared
+    while j > 0:
+        m = messages[j - 1]
+        if m.get("role") != "tool" and not (m.get("role") == "assistant" and
+                                             m.get("tool_calls") is not None):
+            break
+        j -= 1
+    return j
 
 
 class CheckedLists:
-    """The message lists of recent requests that passed the checks, by their opening message.
+    """The message lists of recent requests that passed the checks, by their opening messages.
 
-    A request that repeats one of them and adds messages (a client resending its history) has
-    only the added messages checked: the repeated ones passed before, and the list they form
-    ended with every call answered, so the ordering check starts afresh after them. Knowing
-    what repeats costs one comparison in C. Bounded by the bodies' total size."""
+    A request that shares leading messages with one of them (a client resending its history,
+    or changing only its last message) has only the rest checked: the shared ones passed
+    before, and the ordering check starts afresh after the last shared message at which no
+    call was open (``restart_point``). Knowing what repeats costs a comparison in C. Bounded by
+    the bodies' total size."""
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024, max_lists: int = 20_000) -> None:
         self.max_bytes, self.max_lists = max_bytes, max_lists
-        self._lists: OrderedDict[tuple[str, str], tuple[list[Any], int]] = OrderedDict()
+        self._lists: OrderedDict[tuple[str, ...], tuple[list[Any], int]] = OrderedDict()
         self._bytes = 0
 
     @staticmethod
-    def _key(messages: list[Any]) -> tuple[str, str] | None:
-        first = messages[0]
-        if type(first) is dict and type(first.get("role")) is str and \
-                type(first.get("content")) is str:
-            return first["role"], first["content"]
-        return None
+    def _key(messages: list[Any]) -> tuple[str, ...] | None:
+        key: list[str] = []
+        for m in messages[:KEY_MESSAGES]:
+            if type(m) is not dict or type(m.get("role")) is not str or \
+                    type(m.get("content")) is not str:
+                return None
+            key += (m["role"], m["content"])
+            if m["role"] == "user":
+                break
+        return tuple(key)
 
-    def repeated(self, messages: list[Any]) -> list[Any] | None:
-        """The checked list that ``messages`` starts with, if any."""
+    def shared(self, messages: list[Any]) -> tuple[list[Any] | None, int]:
+        """(the checked list ``messages`` shares leading messages with, how many) or
+        ``(None, 0)``."""
         key = self._key(messages)
         found = self._lists.get(key) if key is not None else None
         if found is None:
-            return None
-        old = found[0]
-        return old if len(old) <= len(messages) and messages[:len(old)] == old else None
+            return None, 0
+        n = common_prefix(messages, found[0])
+        return (found[0], n) if n else (None, 0)
+
+    def repeated(self, messages: list[Any]) -> list[Any] | None:
+        """The checked list that ``messages`` starts with, if any."""
+        old, n = self.shared(messages)
+        return old if old is not None and n == len(old) else None
 
     def remember(self, messages: list[Any], size: int) -> None:
         key = self._key(messages)

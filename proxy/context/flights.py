@@ -9,6 +9,9 @@ else the lease is taken, else another process holds it. A process that finds it 
 for the stored result (``wait``) within the summary timeout, then fails open; one whose
 holder died stops waiting when the lease runs out, and the next request of that prefix claims
 it again.
+
+While the store is unreachable no lease can be taken: the process makes the summary itself
+(single flight within the process still holds), and a waiting process stops waiting.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from proxy.context.records import CompactionRecord, Records
-from proxy.store import Tx, leases
+from proxy.store import StoreUnavailable, Tx, leases
 
 log = logging.getLogger("context_proxy.context")
 
@@ -37,6 +40,7 @@ class Claim:
 
     stored: CompactionRecord | None
     holder: bool
+    leased: bool = True  # False: made without a lease (the store could not be asked)
 
 
 def lease_name(conversation: str, phash: str) -> str:
@@ -58,15 +62,22 @@ class Flights:
             name = lease_name(conversation, phash)
             return Claim(None, leases.claim(tx, name, LEASE_S, self.owner))
 
-        found = await self.store.write(write)
+        try:
+            found = await self.store.write(write)
+        except StoreUnavailable:
+            return Claim(None, True, leased=False)
         if found.stored is not None:
             self.records.adopt(found.stored)
         return found
 
     @contextlib.asynccontextmanager
-    async def holding(self, conversation: str, phash: str) -> AsyncIterator[None]:
+    async def holding(self, conversation: str, phash: str, leased: bool = True
+                      ) -> AsyncIterator[None]:
         """Keep the claimed lease alive for the body's duration, then release it (a release
-        that fails leaves it to run out)."""
+        that fails leaves it to run out). Without a lease, nothing to keep."""
+        if not leased:
+            yield
+            return
         name = lease_name(conversation, phash)
 
         async def renew() -> None:
@@ -97,8 +108,11 @@ class Flights:
         while True:
             # The lease first: a holder stores its compaction before it releases, so a lease
             # seen gone and then no row means it stored none.
-            busy = leases.held(self.store, name)
-            stored = self.records.stored(conversation, phash, covered)
+            try:
+                busy = await self.store.run(leases.held, self.store, name)
+                stored = await self.records.stored(conversation, phash, covered)
+            except StoreUnavailable:
+                return None  # fail open: the request goes on without the summary
             if stored is not None:
                 return stored
             if not busy or time.monotonic() >= deadline:

@@ -1,8 +1,9 @@
 """Per conversation, what its last request looked like, so the next one counts only what is new.
 
 Clients resend the whole history every turn. Comparing the new message list with the last one
-(a C-level walk that stops at the first difference, no hashing, no allocation per message) tells
-how many leading messages are unchanged; their token counts are taken over and only the rest go
+(C-level comparisons up to the first difference, no hashing) tells how many leading
+messages are unchanged (all but the last one when a client changes only its last message);
+their token counts are taken over and only the rest go
 through the token counter, and only a large rest is worth a worker thread. When the last request
 had checked the stored compaction's prefix hash against the same leading messages, the check is
 not repeated.
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.context.checked import common_prefix
 from proxy.context.tokens import TokenCounter
 
 Pair = tuple[int, int]  # (tokens of the message, tokens of its content alone)
@@ -67,16 +69,20 @@ class History:
         self._lock = threading.Lock()
 
     def recall(self, key: str, messages: Sequence[Mapping[str, Any]], model: str,
-               repeats: Sequence[Mapping[str, Any]] | None = None) -> Known:
-        """Compare ``messages`` with the conversation's last request (no counting: a walk in C
-        that stops at the first difference). ``repeats``: a list ``messages`` is known to start
-        with; when it is that last request's own list, the comparison is spared."""
+               repeats: Sequence[Mapping[str, Any]] | None = None, shared: int = -1) -> Known:
+        """Compare ``messages`` with the conversation's last request (no counting: comparisons
+        in C up to the first difference); the leading messages they share are unchanged.
+        ``repeats``: a list whose first ``shared`` messages ``messages`` is known to start with
+        (-1: all of it); when it is that last request's own list, the comparison is spared."""
         with self._lock:
             last = self._last.get(key)
         if last is None or last.model != model:
             return NOTHING
-        n = min(len(last.messages), len(messages))
-        if last.messages is not repeats and messages[:n] != last.messages[:n]:
+        if last.messages is repeats:
+            n = len(repeats) if shared < 0 else min(shared, len(repeats))
+        else:
+            n = common_prefix(messages, last.messages)
+        if not n:
             return NOTHING
         verified = last.verified if last.verified is not None and last.verified[1] <= n \
             else None

@@ -7,8 +7,10 @@ and charts read them, since the Prometheus registry restarts empty.
 
 Per hour: ``requests``; ``tokens_received`` and ``tokens_sent`` (the proxy's estimates of the
 transcript as the client sent it and as it went upstream); ``prompt_tokens`` and
-``cached_tokens`` (what the upstream reported, main and summary calls alike); and one count per
-compaction outcome other than ``none``.
+``cached_tokens`` and ``cache_write_tokens`` (what the upstream reported, main and summary calls
+alike); one count per compaction outcome other than ``none``; and the money (US dollars, migration
+010): ``cost_spent_usd`` upstream and ``cost_without_usd``, what the client's own requests would
+have cost without the proxy (``proxy.context.money``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ if TYPE_CHECKING:
     from proxy.store import Tx
 
 OUTCOMES = ("auto", "manual", "reused", "failed", "insufficient")
+MONEY = ("cost_spent_usd", "cost_without_usd")
 COUNTS = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
-          *(f"outcome_{o}" for o in OUTCOMES))
+          *(f"outcome_{o}" for o in OUTCOMES), "cache_write_tokens", *MONEY)
 _PROMPT, _CACHED = COUNTS.index("prompt_tokens"), COUNTS.index("cached_tokens")
+_WRITTEN, _SPENT = COUNTS.index("cache_write_tokens"), COUNTS.index("cost_spent_usd")
 
 Row = tuple[str, str, int]  # (org, user or '', hour start in epoch seconds)
 
@@ -48,10 +52,10 @@ class Turn:
 class HourlyUsage:
     """What was counted since the last flush."""
 
-    rows: dict[Row, list[int]] = field(default_factory=dict)
+    rows: dict[Row, list[float]] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)  # conversation key -> its last turn
 
-    def _row(self, org: str, user: str | None, now: float) -> list[int]:
+    def _row(self, org: str, user: str | None, now: float) -> list[float]:
         return self.rows.setdefault((org, user or "", hour_of(now)), [0] * len(COUNTS))
 
     def turn(self, org: str, user: str | None, conversation: str, public_id: str,
@@ -67,11 +71,15 @@ class HourlyUsage:
         self.turns[conversation] = Turn(org, public_id, before, after, now)
 
     def upstream(self, org: str, user: str | None, prompt_tokens: int, cached_tokens: int,
-                 now: float | None = None) -> None:
-        """Count what the upstream reported for one call."""
+                 now: float | None = None, *, written: int = 0, spent: float = 0.0,
+                 without: float = 0.0) -> None:
+        """Count what the upstream reported for one call, and its money (US dollars)."""
         row = self._row(org, user, time.time() if now is None else now)
         row[_PROMPT] += prompt_tokens
         row[_CACHED] += cached_tokens
+        row[_WRITTEN] += written
+        row[_SPENT] += spent
+        row[_SPENT + 1] += without
 
     def take(self) -> HourlyUsage:
         """Hand over what was counted and start afresh."""
@@ -82,7 +90,7 @@ class HourlyUsage:
     def restore(self, batch: HourlyUsage) -> None:
         """Put back a batch whose write failed, for the next flush (newer turns win)."""
         for key, counts in batch.rows.items():
-            row = self.rows.setdefault(key, [0] * len(COUNTS))
+            row: list[float] = self.rows.setdefault(key, [0] * len(COUNTS))
             for i, n in enumerate(counts):
                 row[i] += n
         for conversation, turn in batch.turns.items():

@@ -21,7 +21,8 @@ from proxy.policy.model import Policy
 class ChatRequest:
     """A chat completion request that passed the shape and ordering checks. ``raw`` is the
     client's exact body, forwarded as it is when the proxy changes nothing. ``repeats``: an
-    earlier request's message list that this one's starts with (``None``: not known)."""
+    earlier request's checked message list whose first ``shared`` messages this one's starts
+    with (``None``, 0: not known)."""
 
     raw: bytes
     body: dict[str, Any]
@@ -30,6 +31,7 @@ class ChatRequest:
     tools: list[Any] | None
     stream: bool
     repeats: list[Any] | None = None
+    shared: int = 0
     adapted: Adapted | None = None  # another API's request, read for the stages
 
     def outgoing(self, report: ContextReport) -> bytes:

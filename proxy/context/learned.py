@@ -8,9 +8,10 @@ The table is tiny (one row per model that was ever refused) and read whole at mo
 
 from __future__ import annotations
 
+import contextlib
 import time
 
-from proxy.store import Store, Tx
+from proxy.store import Store, StoreUnavailable, Tx
 
 REFRESH_S = 1.0
 # A stored limit counts for a day: an upstream whose limit grew (a model upgrade) is trusted
@@ -26,15 +27,19 @@ class LearnedWindows:
         self._rows: dict[str, int] = {}
         self._read_at = float("-inf")
 
-    def get(self, model: str) -> int | None:
-        """The lowest limit any process learned for ``model``, read fresh at most every
-        ``refresh_s``."""
+    async def get(self, model: str) -> int | None:
+        """The lowest limit any process learned for ``model``, read fresh (off the event
+        loop) at most every ``refresh_s``; while the store is unreachable, the last read."""
         now = time.monotonic()
         if now - self._read_at >= self.refresh_s:
             self._read_at = now
-            self._rows = {str(r[0]): int(r[1]) for r in self.store.read(
-                "SELECT model, tokens FROM learned_windows WHERE learned_at > ?",
-                [time.time() - self.ttl_s])}
+            try:
+                rows = await self.store.run(
+                    self.store.read, "SELECT model, tokens FROM learned_windows "
+                    "WHERE learned_at > ?", [time.time() - self.ttl_s])
+                self._rows = {str(r[0]): int(r[1]) for r in rows}
+            except StoreUnavailable:
+                pass
         return self._rows.get(model)
 
     async def save(self, model: str, tokens: int) -> None:
@@ -49,5 +54,7 @@ class LearnedWindows:
                        "OR learned_windows.learned_at <= ?",
                        [model, tokens, now, now - self.ttl_s])
 
-        await self.store.write(write)
         self._rows[model] = min(tokens, self._rows.get(model, tokens))
+        # Unreachable store: this process knows; the others learn it from their own refusals.
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.write(write)

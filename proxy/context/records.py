@@ -1,15 +1,19 @@
 """Per-conversation records: compactions (each one a divider), spills and upstream usage.
 
 Reads for the request path are served from memory where they repeat every turn (the latest
-compaction, the usage correction); every write runs on the store's writer thread. On a store
-that other processes share (PostgreSQL: replicas), ``refresh`` checks a conversation's cached
-view with one indexed read per request, since another replica may have compacted it or
-recorded its usage since.
+compaction, the usage correction), loaded by ``refresh`` off the event loop; every write runs
+on the store's writer thread. On a store that other processes share (PostgreSQL: replicas),
+``refresh`` checks a conversation's cached view with one indexed read per request, since
+another replica may have compacted it or recorded its usage since.
+
+While the store is unreachable the conversation is managed from memory: ``refresh`` keeps what
+is cached, and writes are queued (``proxy.context.deferred``) and written on its return; a
+compaction made meanwhile is acknowledged with its divider id and written then.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import re
 import secrets
@@ -18,9 +22,10 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.context.deferred import DeferredWrites, Lost, _no_count
 from proxy.context.hourly import HourlyUsage
 from proxy.context.stages.mask import Spill
-from proxy.store import Store, Tx
+from proxy.store import Store, StoreUnavailable, Tx
 
 DIVIDER_TEXT = {"auto": "Earlier messages were summarized to free up context",
                 "manual": "Context summarized on request"}
@@ -82,18 +87,21 @@ class Usage:
 
 
 _TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
-           "summary_prompt_tokens", "summary_cached_tokens")
+           "summary_prompt_tokens", "summary_cached_tokens", "cache_write_tokens",
+           "summary_cache_write_tokens", "cost_spent_usd", "cost_without_usd")
+_WRITTEN, _SPENT = _TOTALS.index("cache_write_tokens"), _TOTALS.index("cost_spent_usd")
 
 
 class Records:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, lost: Lost = _no_count) -> None:
         self.store = store
+        self.deferred = DeferredWrites(store, lost)
         self._latest: OrderedDict[str, CompactionRecord | None] = OrderedDict()
         self._usage: OrderedDict[str, Usage | None] = OrderedDict()
         self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._known: OrderedDict[str, None] = OrderedDict()
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
-        self._pending: dict[tuple[str, str, str], list[int]] = {}
+        self._pending: dict[tuple[str, str, str], list[float]] = {}
         self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
         self.shared = store.kind == "postgres"  # other processes may write the same rows
 
@@ -107,21 +115,21 @@ class Records:
     # --- compactions ----------------------------------------------------------------------------
 
     def latest(self, conversation: str) -> CompactionRecord | None:
-        if conversation in self._latest:
-            return self._latest[conversation]
-        row = self.store.read_one(_LATEST, [conversation])
-        rec = _record(dict(row)) if row else None
-        self._remember(self._latest, conversation, rec)
-        return rec
+        """The conversation's newest compaction as cached (``refresh`` loads it)."""
+        return self._latest.get(conversation)
 
     async def refresh(self, conversation: str) -> None:
-        """On a shared store, bring the cached latest compaction and usage of the conversation
-        up to date (a no-op on SQLite, which this process alone writes). The reads run in a
-        worker thread: a round trip to the database server must not hold up the event loop
-        (the caches are updated back on the loop's thread)."""
-        if not self.shared:
+        """Load the conversation's latest compaction and usage into memory, and on a shared
+        store bring them up to date (on SQLite, which this process alone writes, once). The
+        reads run off the event loop; the caches are updated back on the loop's thread. With
+        the store unreachable, what is cached stands."""
+        if not self.shared and conversation in self._latest and conversation in self._usage:
             return
-        row = await asyncio.to_thread(self.store.read_one, _FRESH, [conversation, conversation])
+        with contextlib.suppress(StoreUnavailable):  # managed from memory meanwhile
+            await self._refresh(conversation)
+
+    async def _refresh(self, conversation: str) -> None:
+        row = await self.store.run(self.store.read_one, _FRESH, [conversation, conversation])
         if row is None:  # not stored yet: nothing another process made either
             self._remember(self._usage, conversation, None)
             self._remember(self._latest, conversation, None)
@@ -133,14 +141,16 @@ class Records:
             if cached is None:  # (one made here while the row was read is kept)
                 self._remember(self._latest, conversation, None)
         elif cached is None or cached.seq < row[2]:
-            latest = await asyncio.to_thread(self.store.read_one, _LATEST, [conversation])
+            latest = await self.store.run(self.store.read_one, _LATEST, [conversation])
             if latest is not None:
                 self.adopt(_record(dict(latest)))
 
-    def stored(self, conversation: str, phash: str, covered: int) -> CompactionRecord | None:
+    async def stored(self, conversation: str, phash: str, covered: int
+                     ) -> CompactionRecord | None:
         """The newest stored compaction of exactly that prefix, if any (made it the latest
         when it is newer than the cached one)."""
-        row = self.store.read_one(_BY_PREFIX, [conversation, phash, covered])
+        row = await self.store.run(self.store.read_one, _BY_PREFIX,
+                                   [conversation, phash, covered])
         return self.adopt(_record(dict(row))) if row else None
 
     def stored_in(self, tx: Tx, conversation: str, phash: str, covered: int
@@ -171,8 +181,12 @@ class Records:
         """Record that the conversation exists (once per process, not once per turn)."""
         if conversation in self._known:
             return
-        if not self.exists(conversation):
-            await self.store.write(self._touch, org, conversation)
+        try:
+            known = await self.store.run(self.exists, conversation)
+        except StoreUnavailable:
+            known = False
+        if not known:
+            await self.deferred.write("conversation", self._touch, org, conversation)
         self._remember(self._known, conversation, None)
 
     async def add_compaction(self, org: str, conversation: str, **values: Any
@@ -185,8 +199,10 @@ class Records:
         made = time.time()
         div_id = "div_" + secrets.token_hex(8)
 
-        def write(tx: Tx) -> CompactionRecord:
+        def write(tx: Tx) -> CompactionRecord | None:
             tx.lock(f"conversation {conversation}")  # replicas number one at a time
+            if tx.execute("SELECT 1 FROM compactions WHERE id = ?", [div_id]).fetchone():
+                return None  # written already (a queued write replayed after a late commit)
             self._touch(tx, org, conversation)
             row = tx.execute(
                 "SELECT COALESCE(MAX(seq), 0) + 1 FROM compactions WHERE conversation = ?",
@@ -200,7 +216,16 @@ class Records:
                        f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))
             return rec
 
-        return self.adopt(await self.store.write(write))
+        try:
+            rec = await self.store.write(write)
+        except StoreUnavailable as e:  # acknowledged now, numbered in the store on its return
+            self.deferred.unavailable(e, "divider", write, ())
+            latest = self._latest.get(conversation)
+            rec = CompactionRecord(id=div_id, conversation=conversation, created_at=made,
+                                   seq=(latest.seq if latest else 0) + 1, **values)
+        assert rec is not None  # a first write of a fresh id always inserts
+        return self.adopt(rec)
+
 
     @staticmethod
     def _touch(tx: Tx, org: str, conversation: str) -> None:
@@ -232,7 +257,7 @@ class Records:
                            f"({', '.join('?' * len(row))}) ON CONFLICT DO NOTHING",
                            list(row.values()))
 
-        await self.store.write(write)
+        await self.deferred.write("spills", write)
         for s in fresh:
             self._remember(self._spilled, (conversation, s.id), None)
 
@@ -258,19 +283,13 @@ class Records:
             return int(tx.execute("DELETE FROM spills WHERE expires_at <= ?",
                                   [time.time()]).rowcount)
 
-        return await self.store.write(write)
+        return await self.store.write(write, deadline=None)
 
     # --- usage ----------------------------------------------------------------------------------
 
     def usage(self, conversation: str) -> Usage | None:
-        if conversation in self._usage:
-            return self._usage[conversation]
-        row = self.store.read_one(
-            "SELECT usage_prompt_tokens, usage_estimate FROM conversations WHERE id = ?",
-            [conversation])
-        usage = Usage(row[0], row[1]) if row and row[0] and row[1] else None
-        self._remember(self._usage, conversation, usage)
-        return usage
+        """The conversation's usage correction as cached (``refresh`` loads it)."""
+        return self._usage.get(conversation)
 
     async def record_usage(self, org: str, conversation: str, prompt_tokens: int,
                            estimate: int) -> None:
@@ -282,21 +301,28 @@ class Records:
             tx.execute("UPDATE conversations SET usage_prompt_tokens = ?, usage_estimate = ? "
                        "WHERE id = ?", [prompt_tokens, estimate, conversation])
 
-        await self.store.write(write)
+        await self.deferred.write("usage correction", write)
 
     # --- what the upstream reported (prompt cache accounting) ---------------------------------
 
     def add_upstream_usage(self, org: str, conversation: str, model: str, prompt_tokens: int,
-                           cached_tokens: int, *, summary: bool = False,
-                           user: str | None = None) -> None:
-        """Count one upstream call of the conversation; written by ``flush_usage`` (in batches,
-        so a busy conversation does not cost a disk write per turn)."""
-        self.hourly.upstream(org, user, prompt_tokens, cached_tokens)
+                           cached_tokens: int, *, written: int = 0, summary: bool = False,
+                           user: str | None = None, spent: float = 0.0,
+                           without: float = 0.0) -> None:
+        """Count one upstream call of the conversation (``written``: the tokens it stored in
+        the prompt cache; ``spent`` and ``without``: its money in US dollars, upstream and
+        without the proxy); written by ``flush_usage`` (in batches, so a busy conversation does
+        not cost a disk write per turn)."""
+        self.hourly.upstream(org, user, prompt_tokens, cached_tokens, written=written,
+                             spent=spent, without=without)
         row = self._pending.setdefault((org, conversation, model), [0] * len(_TOTALS))
         at = 3 if summary else 0
         row[at] += 1
         row[at + 1] += prompt_tokens
         row[at + 2] += cached_tokens
+        row[_WRITTEN + summary] += written
+        row[_SPENT] += spent
+        row[_SPENT + 1] += without
 
     async def flush_usage(self) -> None:
         """Write the usage counted since the last flush, in one transaction."""
@@ -326,25 +352,29 @@ class Records:
                     [conversation, model, *deltas, now])
             hourly.write_rows(tx)
 
-        try:
-            await self.store.write(write)
+        try:  # background work: no deadline, the outcome decides whether figures are kept
+            await self.store.write(write, deadline=None)
         except BaseException:
             self.hourly.restore(hourly)
             for key, deltas in pending.items():  # keep them for the next flush
-                row = self._pending.setdefault(key, [0] * len(_TOTALS))
+                row: list[float] = self._pending.setdefault(key, [0] * len(_TOTALS))
                 for i, d in enumerate(deltas):
                     row[i] += d
             raise
 
-    def usage_totals(self, conversation: str) -> dict[str, dict[str, int]]:
-        """Model -> the conversation's totals (written and pending)."""
+    def pending_usage(self) -> int:
+        """How many conversation and model rows of usage are counted but not written."""
+        return len(self._pending) + len(self.hourly.rows)
+
+    def usage_totals(self, conversation: str) -> dict[str, dict[str, float]]:
+        """Model -> the conversation's totals (written and pending; money in US dollars)."""
         rows = self.store.read(
             f"SELECT model, {', '.join(_TOTALS)} FROM usage_totals WHERE conversation = ?",
             [conversation])
         out = {r[0]: dict(zip(_TOTALS, r[1:], strict=True)) for r in rows}
         for (_, conv, model), deltas in self._pending.items():
             if conv == conversation:
-                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0))
+                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0.0))
                 for name, d in zip(_TOTALS, deltas, strict=True):
                     row[name] += d
         return out

@@ -25,6 +25,8 @@ from proxy.context.flights import Flights
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
+from proxy.context.ledger import Ledger
+from proxy.context.money import Money
 from proxy.context.offload import offload_for
 from proxy.context.records import CompactionRecord, Records
 from proxy.context.report import ContextReport, Outcome
@@ -41,6 +43,7 @@ from proxy.metrics import Metrics
 from proxy.policy.model import Policy
 from proxy.policy.service import PolicyService
 from proxy.upstream.client import Upstream
+from proxy.upstream.usage import UpstreamUsage
 
 log = logging.getLogger("context_proxy.context")
 
@@ -82,6 +85,7 @@ class ContextService:
         self.summarizers = summarizers
         self.api_summarizers = api_summarizers
         self.usage = UsageCorrection(records)
+        self.ledger = Ledger(records, metrics)
         self.history = History(counter)
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
         self.flights = Flights(records)  # the same, across processes sharing the store
@@ -106,11 +110,13 @@ class ContextService:
         """Everything about the request that a retry keeps. ``conversation`` (public id, key)
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
+        await self.ledger.ready()
         await self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
         window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
-        known = self.history.recall(key, request.messages, request.model, request.repeats)
+        known = self.history.recall(key, request.messages, request.model, request.repeats,
+                                    request.shared)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
         # much new text to encode (it releases the GIL) or hashlib a large prefix.
         new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)
@@ -214,7 +220,7 @@ class ContextService:
         claim = await self.flights.claim(job.key, phash, p.covered)
         record = claim.stored
         if claim.holder:
-            async with self.flights.holding(job.key, phash):
+            async with self.flights.holding(job.key, phash, claim.leased):
                 return await self._summarize(job, p, phash, retried)
         if record is None:
             with overhead.excluded():  # another process's summary call
@@ -254,8 +260,7 @@ class ContextService:
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
         for answer in done.answers:  # paid for, whether the summary is used or not
-            self._upstream_usage(job, summary_model, answer.prompt_tokens, answer.cached_tokens,
-                                 summary=True)
+            self.ledger.book_summary(job, summary_model, answer.usage)
         if not done.gain:
             return self._report(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
@@ -300,20 +305,14 @@ class ContextService:
 
     # --- after the answer -----------------------------------------------------------------------
 
-    async def record_usage(self, job: Job, report: ContextReport, prompt_tokens: int,
-                           cached_tokens: int = 0) -> None:
+    async def record_usage(self, job: Job, report: ContextReport, usage: UpstreamUsage,
+                           priced: Money | None = None) -> None:
         """What the upstream reported for the request: its count corrects later estimates of
-        the conversation; the cached part is counted per conversation and model."""
-        if prompt_tokens <= 0:
+        the conversation; its cache reads and writes and its money (``priced``, when the
+        caller priced it already) are counted per conversation and model."""
+        if usage.prompt <= 0:
             return
-        self._upstream_usage(job, job.request.model, prompt_tokens, cached_tokens)
-        await self.usage.record(job.principal.org, job.key, prompt_tokens,
+        self.ledger.book(job, report, usage, priced)
+        await self.usage.record(job.principal.org, job.key, usage.prompt,
                                 report.estimate_after)
-
-    def _upstream_usage(self, job: Job, model: str, prompt_tokens: int, cached_tokens: int,
-                        summary: bool = False) -> None:
-        self.metrics.upstream_usage(model, prompt_tokens, cached_tokens)
-        self.records.add_upstream_usage(job.principal.org, job.key, model, prompt_tokens,
-                                        cached_tokens, summary=summary,
-                                        user=job.principal.user)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.context.offload import Offload
@@ -27,6 +27,7 @@ from proxy.context.tokens import TokenCounter
 from proxy.errors import ApiError
 from proxy.upstream.client import Upstream
 from proxy.upstream.completion import CompletionFailed, complete
+from proxy.upstream.usage import UpstreamUsage
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,16 @@ class Answer:
     """A summary call's text and what the upstream reported for its prompt."""
 
     text: str
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
+    usage: UpstreamUsage = field(default_factory=UpstreamUsage)
     truncated: bool = False  # longer than max_tokens: cut at a sentence or line end
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.usage.prompt
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.usage.cached
 
 
 class Summarizer(Protocol):
@@ -75,7 +83,9 @@ def upstream_summarizer(upstream: Upstream, api_key: str | None, model: str,
             raise SummaryFailed("summary call answered with a tool call")
         if not answer.content or not answer.content.strip():
             raise SummaryFailed("summary call returned no text")
-        return Answer(answer.content, answer.prompt_tokens, answer.cached_tokens)
+        return Answer(answer.content, UpstreamUsage(answer.prompt_tokens, answer.cached_tokens,
+                                                    answer.written_tokens,
+                                                    answer.completion_tokens))
 
     return summarize
 
@@ -92,8 +102,8 @@ async def call(summarize: Summarizer, prompt: Prompt, max_tokens: int, counter: 
         raise SummaryFailed("the summarizer returned an empty summary")
     cut = counter.truncate_text(text, model, max_tokens)
     if cut == text:
-        return Answer(text, answer.prompt_tokens, answer.cached_tokens)
-    return Answer(clean_cut(cut), answer.prompt_tokens, answer.cached_tokens, truncated=True)
+        return Answer(text, answer.usage)
+    return Answer(clean_cut(cut), answer.usage, truncated=True)
 
 
 async def _call(summarize: Summarizer, prompt: Prompt, budget: Budget,

@@ -139,7 +139,7 @@ class WindowResolver:
         ``unknown``. A limit the upstream stated (``learn``) caps every other source."""
         window, source = await self._resolve(model, policy)
         learned = self._learned.get(model)
-        other = self._shared.get(model) if self._shared is not None else None
+        other = await self._shared.get(model) if self._shared is not None else None
         if other is not None and (learned is None or other < learned):
             learned = other
         if learned is not None and (window is None or learned < window):

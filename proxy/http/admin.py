@@ -68,7 +68,7 @@ async def list_orgs(request: web.Request) -> web.Response:
     _authorize(request)
     state = request.app[STATE]
     await state.policies.refresh()
-    keys = state.store.snapshot(key_counts)
+    keys = await state.store.run(state.store.snapshot, key_counts)
     return web.json_response({"orgs": state.policies.list_orgs(keys)})
 
 

@@ -32,9 +32,9 @@ from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
 HISTORY = "X-Context-History"
 
 
-def _principal(state: ProxyState, request: web.Request, api: Api) -> Principal:
+async def _principal(state: ProxyState, request: web.Request, api: Api) -> Principal:
     """The caller; with proxy keys, an Anthropic request carries the platform's Anthropic key."""
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     if api.anthropic and state.auth.mode == "proxy_keys":
         principal = replace(principal, upstream_key=state.settings.anthropic_api_key)
     return principal
@@ -48,7 +48,7 @@ async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     """The handler of every API read through an adapter: authenticate, read, check, then
     relay unmanaged (a history the upstream keeps) or manage and forward."""
     state = request.app[STATE]
-    principal = _principal(state, request, api)
+    principal = await _principal(state, request, api)
     current_key.set(principal.upstream_key)
     raw = await read_body(request, state.settings.max_body_bytes)
     body = parse_json_object(raw)

@@ -28,7 +28,7 @@ API = APIS["chat"]
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     current_key.set(principal.upstream_key)
     chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     forced = manual.requested(request.headers.get(manual.HEADER),

@@ -18,27 +18,30 @@ from proxy.state import STATE
 _NOT_FOUND = ApiError(404, "No such conversation.", code="conversation_not_found")
 
 
-def _conversation(request: web.Request) -> tuple[str, str]:
+async def _conversation(request: web.Request) -> tuple[str, str]:
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):
         raise _NOT_FOUND
     key = conversation_key(principal.namespace, public)
-    if not state.context.records.exists(key):
+    if not await state.store.run(state.context.records.exists, key):
         raise _NOT_FOUND
     return public, key
 
 
 async def list_dividers(request: web.Request) -> web.Response:
-    public, key = _conversation(request)
-    data = request.app[STATE].context.records.dividers(key)
+    public, key = await _conversation(request)
+    state = request.app[STATE]
+    data = await state.store.run(state.context.records.dividers, key)
     return web.json_response({"object": "list", "conversation_id": public, "data": data})
 
 
 async def get_spill(request: web.Request) -> web.Response:
-    _, key = _conversation(request)
-    spill = request.app[STATE].context.records.spill(key, request.match_info["spill_id"])
+    _, key = await _conversation(request)
+    state = request.app[STATE]
+    spill = await state.store.run(state.context.records.spill, key,
+                                  request.match_info["spill_id"])
     if spill is None:
         raise ApiError(404, "No such spill (or it expired).", code="spill_not_found")
     return web.json_response(spill)
@@ -47,7 +50,7 @@ async def get_spill(request: web.Request) -> web.Response:
 async def compact_now(request: web.Request) -> web.Response:
     """Manual compaction: the same policy, regardless of the trigger (SPEC section 6)."""
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     manual.require_enabled(state.settings.manual_compaction)
     public = request.match_info["conversation_id"]
     if not valid_public_id(public):

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from proxy.context import overhead
 from proxy.context.job import Job
+from proxy.context.money import Money
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError
 from proxy.state import ProxyState
@@ -35,7 +36,7 @@ from proxy.upstream.relay import (
     relay_stream,
     relay_whole,
 )
-from proxy.upstream.usage import is_overflow, stated_window
+from proxy.upstream.usage import UpstreamUsage, is_overflow, stated_window
 
 log = logging.getLogger("context_proxy")
 
@@ -44,8 +45,7 @@ class Scanner(Protocol):
     """Reads a stream's usage from its lines as ``EventCheck`` passes them: those that contain
     ``marker``."""
 
-    prompt_tokens: int
-    cached_tokens: int
+    usage: UpstreamUsage
     marker: bytes
 
     def line(self, line: bytes) -> None: ...
@@ -89,8 +89,8 @@ def _same(response: web.Response) -> web.Response:
 @dataclass(frozen=True)
 class Leg:
     """One API's upstream leg. ``shape`` puts the proxy's own error answers in the API's shape;
-    ``check`` refuses a whole 200 that is not that API's answer; ``usage`` reads (prompt,
-    cached) tokens off a whole answer, ``scanner`` off a stream; ``error_event`` ends a broken
+    ``check`` refuses a whole 200 that is not that API's answer; ``usage`` reads the
+    ``UpstreamUsage`` off a whole answer, ``scanner`` off a stream; ``error_event`` ends a broken
     stream (OpenAI's when ``None``), ``stream_end`` marks the events that end a whole one;
     ``observe`` times the upstream leg, when given."""
 
@@ -99,7 +99,7 @@ class Leg:
     headers: Mapping[str, str]
     route: str
     check: Check
-    usage: Callable[[bytes], tuple[int, int]]
+    usage: Callable[[bytes], UpstreamUsage]
     scanner: Callable[[], Scanner]
     query: str = ""
     shape: Callable[[web.Response], web.Response] = _same
@@ -174,25 +174,30 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
                  report: ContextReport, leg: Leg) -> web.StreamResponse:
     """Relay the answer with the ``X-Context-*`` headers and record its usage. A stream is
     checked line by line (a data line that is not JSON ends it with the error event); a whole
-    200 must pass ``leg.check`` (else 502); a broken read is a 502."""
+    200 must pass ``leg.check`` (else 502); a broken read is a 502. The money headers of a
+    stream are estimated from the prompt side (sent before the upstream reports its usage);
+    those of a whole answer are its reported usage, priced."""
     extra = report.headers()
+    ledger = state.context.ledger
     if job.request.stream and resp.status == 200 and is_event_stream(resp):
         scanner = leg.scanner()
         check = None if is_encoded(resp) else EventCheck(
             on_line=scanner.line, only=scanner.marker, terminal=leg.stream_end)
-        out = await sink.stream(resp, extra, report.sse_comment(), check, leg.upstream,
-                                leg.error_event)
-        await _record(state, job, report, (scanner.prompt_tokens, scanner.cached_tokens))
+        out = await sink.stream(resp, extra | ledger.estimate(job, report).headers(),
+                                report.sse_comment(), check, leg.upstream, leg.error_event)
+        await _record(state, job, report, scanner.usage)
         return out
     answer = await relay_whole(leg.upstream, resp, extra, check=leg.check)
     if answer.status == 200 and isinstance(answer.body, bytes):
         # The client has its answer before the usage is booked: that is bookkeeping, not part
         # of the latency it waits for (aiohttp sends an answer sent here only once).
         usage = leg.usage(answer.body)
+        priced = ledger.actual(job, report, usage) if usage.prompt > 0 else None
+        answer.headers.update((priced or ledger.estimate(job, report)).headers())
         try:
             await sink.whole(answer)
         finally:  # paid for, whether the client stayed for the answer or not
-            await _record(state, job, report, usage)
+            await _record(state, job, report, usage, priced)
         return answer
     # An error the proxy made (of a 2xx it could not use, of an error body that is not JSON)
     # is its own: in the API's shape. The upstream's own JSON errors are relayed as they came.
@@ -204,12 +209,12 @@ def _own(leg: Leg, answer: web.Response) -> web.Response:
     return leg.shape(answer) if answer.get(PROXY_MADE) else answer
 
 
-async def _record(state: ProxyState, job: Job, report: ContextReport, usage: tuple[int, int]
-                  ) -> None:
+async def _record(state: ProxyState, job: Job, report: ContextReport, usage: UpstreamUsage,
+                  priced: Money | None = None) -> None:
     """Book an answered request's usage. Its answer has been sent by now, so a failure here
     is logged, never answered."""
     try:
-        await state.context.record_usage(job, report, *usage)
+        await state.context.record_usage(job, report, usage, priced)
     except Exception:
         log.exception("could not record the upstream's usage of an answered request")
 

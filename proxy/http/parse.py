@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.context.checked import CheckedLists
+from proxy.context.checked import CheckedLists, restart_point
 from proxy.context.job import ChatRequest
 from proxy.context.stages.ordering import OrderingCheck
 from proxy.errors import ApiError, bad_request
@@ -68,7 +68,7 @@ async def read_chat(request: web.Request, limit: int, checked: CheckedLists | No
 def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = None
                ) -> ChatRequest:
     """Check ``body`` (parsed from ``raw``): shape first, then the message ordering. With
-    ``checked``, messages that repeat a list already checked are not checked again."""
+    ``checked``, leading messages shared with a list already checked are not checked again."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a non-empty string.", param="model")
@@ -77,8 +77,8 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
         raise bad_request("'messages' is required and must be a list.", param="messages")
     if not messages:
         raise bad_request("'messages' must contain at least one message.", param="messages")
-    repeats = checked.repeated(messages) if checked is not None else None
-    start = len(repeats) if repeats is not None else 0
+    repeats, shared = checked.shared(messages) if checked is not None else (None, 0)
+    start = restart_point(messages, shared)
     ordering = OrderingCheck()
     step = ordering.step
     for i in range(start, len(messages)):
@@ -96,7 +96,7 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
                           code="invalid_message_sequence")
     if checked is not None:
         checked.remember(messages, len(raw))
-    return ChatRequest(raw, body, messages, model, tools, stream is True, repeats)
+    return ChatRequest(raw, body, messages, model, tools, stream is True, repeats, shared)
 
 
 def _check_message(i: int, msg: Any) -> str:

@@ -19,7 +19,7 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 
 async def relay_any(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     forward = state.settings.forward_conversation_id
     if request.match_info["tail"].startswith("messages/"):
         # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.

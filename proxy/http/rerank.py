@@ -75,7 +75,7 @@ async def rerank(request: web.Request) -> web.Response:
     if request.method != "POST":  # not relayed: the upstream has no such route to offer
         raise web.HTTPMethodNotAllowed(request.method, ["POST"])
     state = request.app[STATE]
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     req = parse_request(parse_json_object(await read_body(request,
                                                           state.settings.max_body_bytes)))
     policy = state.policies.resolve(principal.org, principal.user).rerank

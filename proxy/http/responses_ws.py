@@ -341,7 +341,7 @@ async def upgrade(request: web.Request) -> web.StreamResponse:
                                heartbeat=HEARTBEAT_S, compress=True)
     if not ws.can_prepare(request).ok:
         return await not_allowed(request)
-    principal = state.auth.authenticate(request)
+    principal = await state.auth.authenticate(request)
     if not state.settings.responses_websocket:  # Codex's sign to use HTTP at once
         raise ApiError(426, "WebSocket mode is off on this server; use POST /v1/responses.",
                        code="websocket_mode_disabled")

@@ -71,12 +71,28 @@ class RerankPolicy:
 
 
 @dataclass(frozen=True)
+class ModelPrices:
+    """A model's prices from the policy's ``models`` table, US dollars per million tokens; a
+    price left out comes from litellm's cost map (``proxy.context.money``)."""
+
+    input_per_mtok: float | None = None
+    cached_per_mtok: float | None = None
+    write_per_mtok: float | None = None
+    output_per_mtok: float | None = None
+
+
+PRICE_FIELDS = tuple(ModelPrices.__dataclass_fields__)
+WINDOW_FIELDS = ("context_window", "window")
+
+
+@dataclass(frozen=True)
 class Policy:
     masking: MaskingPolicy = field(default_factory=MaskingPolicy)
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     rerank: RerankPolicy = field(default_factory=RerankPolicy)
-    models: Mapping[str, int] = field(default_factory=dict)
+    models: Mapping[str, int] = field(default_factory=dict)  # model -> window
     fallback_window: int = 200_000
+    prices: Mapping[str, ModelPrices] = field(default_factory=dict)  # from ``models`` too
 
 
 # --- field registry -------------------------------------------------------------------------
@@ -169,14 +185,48 @@ def _protected(key: str, v: Any) -> tuple[ProtectedRule, ...]:
     return tuple(rules)
 
 
-def _models(key: str, v: Any) -> dict[str, int]:
+def _models(key: str, v: Any) -> dict[str, Any]:
+    """Model -> its window (an int), or a mapping of its window (``context_window`` or
+    ``window``) and prices (``PRICE_FIELDS``, dollars per million tokens), each optional;
+    normalized to the window alone when no price is set."""
     if not isinstance(v, dict):
         raise PolicyError(key, f"expected a mapping of model name to window, got {v!r}")
-    out: dict[str, int] = {}
+    out: dict[str, Any] = {}
     for name, spec in v.items():
-        window = spec.get("context_window") if isinstance(spec, dict) else spec
-        out[str(name)] = _int_min(1)(f"{key}.{name}.context_window", window)
+        if not isinstance(spec, dict):
+            out[str(name)] = _int_min(1)(f"{key}.{name}.context_window", spec)
+            continue
+        unknown = set(spec) - {*WINDOW_FIELDS, *PRICE_FIELDS}
+        if unknown or not spec:
+            raise PolicyError(f"{key}.{name}", f"expected context_window and/or "
+                              f"{', '.join(PRICE_FIELDS)}, got {sorted(unknown) or spec!r}")
+        entry: dict[str, Any] = {k: _price(f"{key}.{name}.{k}", spec[k])
+                                 for k in PRICE_FIELDS if k in spec}
+        window = spec.get("context_window", spec.get("window"))
+        if window is not None or not entry:
+            entry["context_window"] = _int_min(1)(f"{key}.{name}.context_window", window)
+        out[str(name)] = entry if set(entry) != {"context_window"} else entry["context_window"]
     return out
+
+
+def _price(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
+        raise PolicyError(key, f"expected dollars per million tokens (a number >= 0), got {v!r}")
+    return float(v)
+
+
+def _split_models(models: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, ModelPrices]]:
+    """A validated ``models`` table as windows and prices."""
+    windows: dict[str, int] = {}
+    prices: dict[str, ModelPrices] = {}
+    for name, entry in models.items():
+        if not isinstance(entry, Mapping):
+            windows[name] = entry
+            continue
+        if "context_window" in entry:
+            windows[name] = entry["context_window"]
+        prices[name] = ModelPrices(**{k: entry[k] for k in PRICE_FIELDS if k in entry})
+    return windows, prices
 
 
 @dataclass(frozen=True)
@@ -288,6 +338,7 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
     for layer in layers:
         merged.update(layer)
     sections: dict[str, dict[str, Any]] = {"masking": {}, "compaction": {}, "rerank": {}}
+    windows, prices = _split_models(merged["models"])
     for key, value in merged.items():
         if "." in key:
             section, name = key.split(".", 1)
@@ -296,7 +347,8 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
         masking=MaskingPolicy(**sections["masking"]),
         compaction=CompactionPolicy(**sections["compaction"]),
         rerank=RerankPolicy(**sections["rerank"]),
-        models=dict(merged["models"]),
+        models=windows,
         fallback_window=merged["fallback_window"],
+        prices=prices,
     )
 

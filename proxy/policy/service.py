@@ -138,10 +138,11 @@ class PolicyService:
         store = self._store
         if store is None:
             return False
-        if not self._stale and store.versions()["policy_version"] == self._version:
+        versions = await store.run(store.versions)
+        if not self._stale and versions["policy_version"] == self._version:
             return False
         async with self._lock:
-            self._apply(await asyncio.to_thread(store.snapshot, load_snapshot))
+            self._apply(await store.run(store.snapshot, load_snapshot))
         return True
 
     def _require_store(self) -> Store:

@@ -128,7 +128,7 @@ async def watch(service: PolicyService, folder: Path | None, metrics: Metrics | 
                     metrics.policy_reload(ok=True)
         except asyncio.CancelledError:
             raise
-        except StoreUnavailable as e:  # one line per tick, not a traceback, while it is away
-            log.warning("policy watcher: the store is unavailable (%s)", e.detail)
+        except StoreUnavailable:  # the store's own outage line says it; the policy stands
+            pass
         except Exception:  # never let the watcher die: the policy would silently freeze
             log.exception("policy watcher tick failed")

@@ -3,10 +3,13 @@ usage) behind one interface with two backends, SQLite (a file, the default) and 
 (``CONTEXT_PROXY_DATABASE_URL``, shared by replicas).
 
 Every statement the proxy runs goes through here: ``atomic(fn)`` runs ``fn(tx)`` in a write
-transaction, ``write(fn)`` does so on the single writer thread from async code, ``snapshot(fn)``
-is a consistent read, ``read``/``read_one`` are the request path's indexed reads. A transient
-database error (a dropped connection) is retried once; a second failure raises
-``StoreUnavailable``, answered as a 503 ``store_unavailable``.
+transaction, ``snapshot(fn)`` is a consistent read, ``read``/``read_one`` are indexed reads;
+all four block, for the CLI and worker threads. From async code the store is only reached
+through ``run(fn)`` (any blocking ``fn`` on a reader thread) and ``write(fn)`` (``atomic`` on
+the single writer thread), each under a deadline and the outage gate of
+``proxy.store.health``: the event loop never waits on the database. A transient database error
+(a dropped connection) is retried once; a second failure, a missed deadline or a store known
+to be down raises ``StoreUnavailable``, answered as a 503 ``store_unavailable``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.store.base import Backend, Params, StoreUnavailable, Tx
+from proxy.store.health import StoreHealth
 from proxy.store.sqlite import MIGRATIONS, SqliteBackend, migrate
 
 __all__ = ["MIGRATIONS", "KeyRecord", "Store", "StoreUnavailable", "Tx", "hash_key", "migrate"]
 
 T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
+# How long the event loop's side waits for one store call before it counts the store as down.
+# Indexed reads and small writes take milliseconds; these are far above a busy database.
+READ_DEADLINE_S = 0.75
+WRITE_DEADLINE_S = 0.75
 VERSION_NAMES = ("keys_version", "policy_version")
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def hash_key(key: str) -> str:
@@ -74,7 +87,15 @@ class Store:
         if self.path is None and not is_database_url(target):
             self.path = Path(target)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self._readers = ThreadPoolExecutor(max_workers=max(2, pool_size),
+                                           thread_name_prefix="store-reader")
+        self.health = StoreHealth(self.backend.probe)
         self.key_writes = 0  # key writes by this process: the key cache looks at once
+
+    @property
+    def up(self) -> bool:
+        """False from a failed or late call until a probe finds the store answering again."""
+        return self.health.up
 
     def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -106,10 +127,35 @@ class Store:
         result: T = self._retry(self._in_snapshot, fn, *args)
         return result
 
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        """``atomic(fn, *args)`` on the writer thread."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self.atomic, fn, *args)
+    async def _gated(self, executor: ThreadPoolExecutor, deadline: float | None,
+                     fn: Callable[..., T], *args: Any) -> T:
+        if not self.health.up:
+            raise StoreUnavailable("the store is down")
+        job = executor.submit(fn, *args)
+        waiting = asyncio.wrap_future(job)
+        waiting.add_done_callback(_consume)  # a late failure is the pending future's to tell
+        done, _ = await asyncio.wait({waiting}, timeout=deadline)
+        if not done:  # the thread goes on (it cannot be stopped); the loop does not wait
+            self.health.failed(f"no answer in {deadline} s")
+            raise StoreUnavailable("deadline", pending=job)
+        try:
+            return waiting.result()
+        except StoreUnavailable as e:
+            self.health.failed(e.detail)
+            raise
+
+    async def run(self, fn: Callable[..., T], *args: Any,
+                  deadline: float | None = READ_DEADLINE_S) -> T:
+        """Blocking ``fn(*args)`` (reads: ``read``, ``snapshot``, a query function) on a reader
+        thread; ``StoreUnavailable`` once ``deadline`` passes or while the store is down."""
+        return await self._gated(self._readers, deadline, fn, *args)
+
+    async def write(self, fn: Callable[..., T], *args: Any,
+                    deadline: float | None = WRITE_DEADLINE_S) -> T:
+        """``atomic(fn, *args)`` on the writer thread, under ``deadline`` (None: wait for the
+        outcome, for background work). A missed deadline raises ``StoreUnavailable`` whose
+        ``pending`` future tells whether the write still committed."""
+        return await self._gated(self._executor, deadline, self.atomic, fn, *args)
 
     def read(self, sql: str, params: Params = ()) -> list[Any]:
         """Every row of one read statement (rows answer ``row[0]`` and ``row["name"]``)."""
@@ -130,7 +176,13 @@ class Store:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self._readers.shutdown(wait=False, cancel_futures=True)
         self.backend.close()
+
+    async def aclose(self) -> None:
+        """``close`` from async code: the probe stopped, the threads joined off the loop."""
+        await self.health.close()
+        await asyncio.to_thread(self.close)
 
     # --- change detection -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ column named ``user`` always quoted (``"user"``: a reserved word on PostgreSQL).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Any, Protocol
@@ -51,6 +52,11 @@ class Backend(Protocol):
 
     def recover(self) -> None: ...
 
+    def probe(self) -> None:
+        """Raise unless the database answers now (on a connection of its own where that
+        matters), within seconds."""
+        ...
+
     def describe(self) -> str: ...
 
     def close(self) -> None: ...
@@ -59,10 +65,13 @@ class Backend(Protocol):
 class StoreUnavailable(ApiError):
     """The database could not be reached, even on a second try: a 503 the client may retry."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, pending: Future[Any] | None = None) -> None:
         super().__init__(503, "The proxy's store is unavailable; try again shortly.",
                          code="store_unavailable", type_="server_error")
         self.detail = detail
+        # A write that outlived its deadline still runs on the writer thread: its outcome
+        # (committed, or failed) is this future's.
+        self.pending = pending
 
 
 class Row(tuple[Any, ...]):
@@ -103,3 +112,12 @@ def to_pyformat(sql: str) -> str:
         else:
             out.append("%%" if ch == "%" else ch)
     return "".join(out)
+
+
+# Tokens stored in the provider's prompt cache, and money (US dollars: spent upstream and what
+# the client's own requests would have cost without the proxy), per conversation and model and
+# per organization, user and hour. Migration 010_costs of both
+# backends.
+COST_COUNTS = {"usage_totals": ("cache_write_tokens", "summary_cache_write_tokens"),
+               "usage_hourly": ("cache_write_tokens",)}
+COST_MONEY = ("cost_spent_usd", "cost_without_usd")

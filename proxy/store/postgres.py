@@ -19,14 +19,18 @@ import psycopg
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool
 
-from proxy.store.base import Params, Row, Tx, to_pyformat
+from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Row, Tx, to_pyformat
+from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
-CONNECT_TIMEOUT_S = 5  # a database that does not answer: start-up fails in seconds, not minutes
-POOL_TIMEOUT_S = 5.0  # how long a request waits for a pooled connection before a 503
-# Once a connection has failed, how long to wait for another until one works again: reads run
-# on the event loop, which must not sit out the full wait on every request while the
-# database is away.
+CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
+POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
+# Once a connection has failed, how long to wait for another until one works again.
 FAILING_TIMEOUT_S = 0.25
+# A silent partition (packets dropped, no reset) is seen by the kernel in seconds: keepalive
+# probes after 2 s idle, 1 s apart, 3 missed; unacknowledged data gives up after 4 s.
+LINK_SETTINGS: dict[str, Any] = {
+    "connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, "keepalives_idle": 2,
+    "keepalives_interval": 1, "keepalives_count": 3, "tcp_user_timeout": 4000}
 OPEN_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)  # an unreachable or refusing server
 _LOCK_KEY = "hashtext('context-proxy migrations ' || current_schema())"  # per schema
 _MIGRATION_LOCK = f"SELECT pg_advisory_lock({_LOCK_KEY})"
@@ -89,6 +93,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         f"CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at {_REAL} NOT NULL)",
         "CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at)",
         "INSERT INTO meta (name, value) VALUES ('signouts_version', 0)"]),
+    ("010_costs", [  # sqlite.py's _m010_costs
+        *(f"ALTER TABLE {table} ADD COLUMN {c} bigint NOT NULL DEFAULT 0"
+          for table, counts in COST_COUNTS.items() for c in counts),
+        *(f"ALTER TABLE {table} ADD COLUMN {c} {_REAL} NOT NULL DEFAULT 0"
+          for table in COST_COUNTS for c in COST_MONEY)]),
 ]
 
 
@@ -143,7 +152,7 @@ def _rows(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
 
 def connect(url: str) -> psycopg.Connection[Any]:
     """One autocommit connection (migrations, tests); raises ``psycopg.OperationalError``."""
-    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    return psycopg.connect(url, autocommit=True, **LINK_SETTINGS)
 
 
 class PgTx:
@@ -170,17 +179,24 @@ class PostgresBackend:
         self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT_S, open=False,
             name="context-proxy",
-            kwargs={"autocommit": True, "row_factory": _rows,
-                    "connect_timeout": CONNECT_TIMEOUT_S})
+            kwargs={"autocommit": True, "row_factory": _rows, **LINK_SETTINGS})
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
         self._failing = False  # a connection failed and none has worked since
+        self.watchdog = Watchdog()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Row]]:
         with self.pool.connection(
-                timeout=FAILING_TIMEOUT_S if self._failing else POOL_TIMEOUT_S) as conn:
+                timeout=FAILING_TIMEOUT_S if self._failing else POOL_TIMEOUT_S) as conn, \
+                self.watchdog.watch(conn):
             yield conn
         self._failing = False
+
+    def probe(self) -> None:
+        """Raise unless a new connection answers ``SELECT 1`` within seconds (the pool's own
+        connections may still be stuck on what a partition swallowed)."""
+        with connect(self.url) as conn, self.watchdog.watch(conn, PROBE_LIMIT_S):
+            conn.execute("SELECT 1")
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -199,12 +215,21 @@ class PostgresBackend:
             return PgTx(conn).execute(sql, params).fetchall()
 
     def recover(self) -> None:
-        """Drop the pooled connections that broke (a restarted or failed-over server)."""
+        """Drop the pooled connections that broke (a restarted or failed-over server): each
+        idle one is tried under the watchdog (``pool.check()`` would wait forever on one a
+        partition stalled), and the retry's wait for a connection is short."""
         self._failing = True
-        self.pool.check()
+        for _ in range(int(self.pool.get_stats().get("pool_available", 0))):
+            try:
+                with self.pool.connection(timeout=FAILING_TIMEOUT_S) as conn, \
+                        self.watchdog.watch(conn, PROBE_LIMIT_S):
+                    conn.execute("SELECT 1")
+            except psycopg.Error:  # broken: the pool discards it
+                continue
 
     def describe(self) -> str:
         return f"postgresql {public_url(self.url)}"
 
     def close(self) -> None:
-        self.pool.close()
+        self.watchdog.stop()
+        self.pool.close(timeout=1.0)

@@ -1,7 +1,7 @@
 """The SQLite backend: one file (WAL) managed with sqlite-utils and ordered migrations.
 
-Reads on the request path use a dedicated reader connection on the event-loop thread (indexed
-lookups, microseconds); write transactions run on the writer connection (``BEGIN IMMEDIATE``)
+Reads use a reader connection per reader thread (the event loop reaches them through
+``Store.run``); write transactions run on the writer connection (``BEGIN IMMEDIATE``)
 under one lock, which the store's single writer thread and synchronous callers (the CLI, tests)
 share, so the event loop never waits on a disk sync.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
-from proxy.store.base import Params, Tx
+from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Tx
 
 # What opening a file that is no SQLite database, or a folder that cannot be written, raises.
 OPEN_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
@@ -133,6 +133,14 @@ def _m009_console_signouts(db: sqlite_utils.Database) -> None:
     db.table("meta").insert({"name": "signouts_version", "value": 0})
 
 
+def _m010_costs(db: sqlite_utils.Database) -> None:
+    for table, counts in COST_COUNTS.items():
+        for column in counts:
+            db.table(table).add_column(column, int, not_null_default=0)
+        for column in COST_MONEY:
+            db.table(table).add_column(column, float, not_null_default=0)
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_keys", _m001_keys),
     ("002_policy_layers", _m002_policy_layers),
@@ -143,6 +151,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("007_usage_hourly", _m007_usage_hourly),
     ("008_leases", _m008_leases),
     ("009_console_signouts", _m009_console_signouts),
+    ("010_costs", _m010_costs),
 ]
 
 
@@ -196,9 +205,19 @@ class SqliteBackend:
         self.path = path
         self.db = sqlite_utils.Database(_connect(path))
         migrate(self.db)
-        self.reader = _connect(path)
-        self.reader.row_factory = sqlite3.Row
+        self._local = threading.local()  # one reader connection per reader thread
+        self._readers: list[sqlite3.Connection] = []
         self.lock = threading.RLock()
+
+    @property
+    def reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _connect(self.path)
+            conn.row_factory = sqlite3.Row
+            with self.lock:
+                self._readers.append(conn)
+        return conn
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -229,9 +248,14 @@ class SqliteBackend:
     def recover(self) -> None:
         """Nothing to reconnect: a local file."""
 
+    def probe(self) -> None:
+        self.read("SELECT 1", ())
+
     def describe(self) -> str:
         return f"sqlite {self.path}"
 
     def close(self) -> None:
-        self.reader.close()
+        with self.lock:
+            for conn in self._readers:
+                conn.close()
         self.db.conn.close()

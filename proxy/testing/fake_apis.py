@@ -5,8 +5,9 @@ Both read a request as a chat-style message list (``as_chat``), so one responder
 three APIs: it returns a chat-style assistant message (``content``, ``tool_calls``), which is
 answered in the request's own API. Usage is reported the way each provider does (Anthropic's
 ``input_tokens`` leaves out ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; the
-Responses API reports ``input_tokens_details.cached_tokens``), from the same emulated prompt
-cache as chat, keyed as each provider keys its own (``cache_rules``).
+Responses API reports ``input_tokens_details.cached_tokens`` and ``cache_write_tokens``, as chat
+reports them in ``prompt_tokens_details``), from the same emulated prompt cache as chat, keyed
+as each provider keys its own (``cache_rules``).
 
 With ``FakeUpstream.strict`` (the default) a request is first checked as the real API checks it
 (``proxy.testing.strict_apis``) and refused in its words, before the responder sees it. A
@@ -198,12 +199,14 @@ def responses_output(message: dict[str, Any], body: dict[str, Any] | None = None
 
 def usage_for(path: str, prompt_tokens: int, cached: int, written: int = 0) -> dict[str, Any]:
     """Usage as each provider reports it: Anthropic's ``input_tokens`` leaves out the tokens
-    read from (``cached``) and written to (``written``) the cache."""
+    read from (``cached``) and written to (``written``) the cache; the Responses API's counts
+    them, and says how many in ``input_tokens_details``."""
     if path == MESSAGES:
         return {"input_tokens": prompt_tokens - cached - written,
                 "cache_read_input_tokens": cached, "cache_creation_input_tokens": written,
                 "output_tokens": OUTPUT_TOKENS}
-    return {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached},
+    return {"input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
             "output_tokens": OUTPUT_TOKENS, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt_tokens + OUTPUT_TOKENS}
 
@@ -329,7 +332,8 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return too_long(path, prompt_tokens, window)
     message = await fake.respond(request, chat, fault)
     cached = fake.cached(request, chat, measured, **cache_rules(path, body))
-    written = cache_written(fake, body, measured, cached) if path == MESSAGES else 0
+    written = cache_written(fake, body, measured, cached) if path == MESSAGES \
+        else fake.cache.written(prompt_tokens, cached)
     usage = usage_for(path, prompt_tokens, cached, written)
     rec.usage = usage
     if path == MESSAGES:

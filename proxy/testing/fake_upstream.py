@@ -257,7 +257,10 @@ class FakeUpstream:
                              route=str(body.get("prompt_cache_key") or ""))
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
                                  "total_tokens": prompt_tokens + 8,
-                                 "prompt_tokens_details": {"cached_tokens": cached}}
+                                 "prompt_tokens_details": {
+                                     "cached_tokens": cached,
+                                     "cache_write_tokens": self.cache.written(prompt_tokens,
+                                                                              cached)}}
         rec.usage = usage
         if body.get("stream"):
             return await self._stream(request, self._events(body, message, usage), fault)

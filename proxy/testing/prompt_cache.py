@@ -51,6 +51,15 @@ class PromptCache:
         return shared // self.step * self.step if shared >= self.min_tokens else 0
 
 
+    def written(self, prompt_tokens: int, cached: int) -> int:
+        """OpenAI's ``cache_write_tokens`` (its newest models): the tokens of a prompt beyond
+        its ``cached`` prefix that the cache now stores, under the same rules (nothing under
+        ``min_tokens``, steps of ``step``)."""
+        if not self.enabled or prompt_tokens < self.min_tokens:
+            return 0
+        return max(0, prompt_tokens // self.step * self.step - cached)
+
+
 def _common(messages: list[dict[str, Any]], old: list[dict[str, Any]]) -> int:
     """How many leading messages two prompts share."""
     if len(old) <= len(messages) and messages[:len(old)] == old:

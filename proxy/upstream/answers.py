@@ -87,6 +87,29 @@ def is_bad_data_line(line: bytes) -> bool:
     return not value.startswith(b"[DONE]") and not is_json(value)
 
 
+def ends_stream(line: bytes, names: tuple[bytes, ...]) -> bool:
+    """Whether an SSE ``line`` is one of the events ``names`` (``[DONE]``, ``message_stop``...):
+    an ``event:`` line of that name, a ``data:`` line that is the name itself, or a data line
+    whose JSON object has it as its ``type``. A name quoted inside other data (a text delta
+    that mentions ``message_stop``) is not the event."""
+    if not any(n in line for n in names):
+        return False
+    field, _, value = line.partition(b":")
+    value = value.strip()
+    if field == b"event":
+        return value in names
+    if field != b"data":
+        return False
+    if value in names:
+        return True
+    try:
+        event = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    kind = event.get("type") if isinstance(event, dict) else None
+    return isinstance(kind, str) and kind.encode() in names
+
+
 class EventCheck:
     """Checks an SSE stream line by line while it is relayed, holding at most one partial line.
 
@@ -129,8 +152,8 @@ class EventCheck:
 
     def _seen(self, out: bytes) -> bytes:
         """``out`` (complete lines: a marker is never split), noting a terminal event in it."""
-        if not self.finished and out:
-            self.finished = any(t in out for t in self._terminal)
+        if not self.finished and out and any(t in out for t in self._terminal):
+            self.finished = any(ends_stream(line, self._terminal) for line in out.splitlines())
         return out
 
     def flush(self) -> bytes:

@@ -29,6 +29,8 @@ class Completion:
     prompt_tokens: int
     cached_tokens: int
     total_tokens: int
+    written_tokens: int = 0  # stored in the prompt cache by this call
+    completion_tokens: int = 0
 
 
 def _int(value: Any) -> int:
@@ -46,12 +48,14 @@ def parse_completion(raw: bytes) -> Completion:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    written = details.get("cache_write_tokens") if isinstance(details, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
     return Completion(content if isinstance(content, str) else None,
                       reason if isinstance(reason, str) else None,
                       _int(usage.get("prompt_tokens")), _int(cached),
-                      _int(usage.get("total_tokens")))
+                      _int(usage.get("total_tokens")), _int(written),
+                      _int(usage.get("completion_tokens")))
 
 
 async def post_whole(upstream: Upstream, path: str, headers: Mapping[str, str],

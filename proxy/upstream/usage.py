@@ -7,13 +7,41 @@ it is relayed, holding at most one partial line.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
 # OpenAI's usage.prompt_tokens_details.cached_tokens, or Anthropic-style cache reads.
 _CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_read_input_tokens)"\s*:\s*([0-9]+)')
+# OpenAI's newest models: prompt_tokens_details.cache_write_tokens; Anthropic-style writes.
+_WRITTEN_TOKENS = re.compile(
+    rb'"(?:cache_write_tokens|cache_creation_input_tokens)"\s*:\s*([0-9]+)')
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*([0-9]+)')
 _STATED_LIMIT = re.compile(r"maximum context length is ([0-9][0-9,]*) tokens", re.IGNORECASE)
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context length",
                      "too many tokens", "prompt is too long", "input is too long")
+
+
+@dataclass(frozen=True)
+class UpstreamUsage:
+    """What the upstream reported for one call: ``prompt`` tokens (cache reads and writes
+    included, whatever the API's own field leaves out), of them ``cached`` (read from the prompt
+    cache) and ``written`` (stored in it by this call), and the ``output`` tokens."""
+
+    prompt: int = 0
+    cached: int = 0
+    written: int = 0
+    output: int = 0
+
+
+def _first(pattern: re.Pattern[bytes], body: bytes) -> int:
+    found = pattern.search(body)
+    return int(found.group(1)) if found else 0
+
+
+def chat_usage(body: bytes) -> UpstreamUsage:
+    """The usage of a chat completion body (or of one stream chunk)."""
+    return UpstreamUsage(_first(_PROMPT_TOKENS, body), _first(_CACHED_TOKENS, body),
+                         _first(_WRITTEN_TOKENS, body), _first(_COMPLETION_TOKENS, body))
 
 
 def prompt_tokens_of(body: bytes) -> int:
@@ -36,8 +64,7 @@ class UsageScanner:
     marker = b'"prompt_tokens"'  # a line without it says nothing about usage
 
     def __init__(self) -> None:
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
+        self.usage = UpstreamUsage()
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -51,9 +78,9 @@ class UsageScanner:
     def line(self, line: bytes) -> None:
         """One complete SSE line, without its line break (``EventCheck`` calls this)."""
         if line.startswith(b"data:") and self.marker in line:
-            data = line[5:].strip()
-            self.prompt_tokens = prompt_tokens_of(data) or self.prompt_tokens
-            self.cached_tokens = cached_tokens_of(data) or self.cached_tokens
+            got, was = chat_usage(line[5:].strip()), self.usage
+            self.usage = UpstreamUsage(got.prompt or was.prompt, got.cached or was.cached,
+                                       got.written or was.written, got.output or was.output)
 
 
 def is_overflow(status: int, body: bytes) -> bool:

@@ -14,6 +14,7 @@ from proxy.context.adapters import anthropic as anthropic_adapter
 from proxy.context.adapters import responses as responses_adapter
 from proxy.errors import ApiError
 from proxy.http.apis import add_routes
+from proxy.upstream.usage import UpstreamUsage
 
 
 def test_the_registry_names_each_api_once() -> None:
@@ -24,13 +25,18 @@ def test_the_registry_names_each_api_once() -> None:
 
 
 def test_usage_as_each_api_reports_it() -> None:
-    assert chat.API.usage(b'{"usage": {"prompt_tokens": 90, "prompt_tokens_details": '
-                          b'{"cached_tokens": 64}}}') == (90, 64)
+    assert chat.API.usage(b'{"usage": {"prompt_tokens": 90, "completion_tokens": 7, '
+                          b'"prompt_tokens_details": {"cached_tokens": 64, '
+                          b'"cache_write_tokens": 16}}}') == UpstreamUsage(90, 64, 16, 7)
     # Anthropic's input_tokens leaves out the cache reads and writes.
     assert messages.usage(b'{"input_tokens": 10, "cache_read_input_tokens": 64, '
-                          b'"cache_creation_input_tokens": 16}') == (90, 64)
+                          b'"cache_creation_input_tokens": 16, "output_tokens": 7}'
+                          ) == UpstreamUsage(90, 64, 16, 7)
     assert responses.usage(b'{"input_tokens": 90, "input_tokens_details": '
-                           b'{"cached_tokens": 64}}') == (90, 64)
+                           b'{"cached_tokens": 64, "cache_write_tokens": 16}, '
+                           b'"output_tokens": 7, "output_tokens_details": '
+                           b'{"reasoning_tokens": 3}}') == UpstreamUsage(90, 64, 16, 7)
+    assert responses.usage(b'{"input_tokens": 90}') == UpstreamUsage(90)
 
 
 def test_upstream_headers_carry_the_key_as_each_api_wants() -> None:

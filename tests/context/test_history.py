@@ -36,14 +36,44 @@ def test_a_grown_list_reuses_the_counts_of_what_repeats() -> None:
     assert pairs == counter.token_pairs(grown, MODEL)
 
 
-def test_a_changed_list_another_model_or_conversation_starts_over() -> None:
+def test_another_model_or_conversation_starts_over() -> None:
     h = History(TokenCounter())
     msgs = history()
     remember(h, "c1", msgs)
-    edited = [*msgs[:2], {**msgs[2], "content": "edited"}, *msgs[3:]]
-    assert h.recall("c1", edited, MODEL) is NOTHING
+    assert h.recall("c1", [user("other"), *msgs[1:]], MODEL) is NOTHING
     assert h.recall("c1", msgs, "gpt-4").unchanged == 0
     assert h.recall("c2", msgs, MODEL) is NOTHING
+
+
+def test_a_changed_earlier_message_is_counted_again() -> None:
+    counter = TokenCounter()
+    h = History(counter)
+    msgs = history()
+    remember(h, "c1", msgs)
+    edited = [*msgs[:2], {**msgs[2], "content": words(300)}, *msgs[3:], user("more")]
+    known = h.recall("c1", edited, MODEL)
+    assert known.unchanged == 2  # the first difference: what follows it is counted again
+    before = counter.encoded_messages
+    pairs = known.pairs_for(counter, edited, MODEL)
+    assert counter.encoded_messages == before + 2  # the edited message and the new one
+    assert pairs == TokenCounter().token_pairs(edited, MODEL)
+    assert pairs[2] != h.recall("c1", msgs, MODEL).pairs[2]
+
+
+def test_a_new_last_message_reuses_every_count_before_it() -> None:
+    counter = TokenCounter()
+    h = History(counter)
+    msgs = [*history(), user("first question")]
+    remember(h, "c1", msgs)
+    changed = [*msgs[:-1], user("another question, " + words(50))]
+    known = h.recall("c1", changed, MODEL)
+    assert known.unchanged == len(msgs) - 1
+    before = counter.encoded_messages
+    pairs = known.pairs_for(counter, changed, MODEL)
+    assert counter.encoded_messages == before + 1
+    assert pairs == TokenCounter().token_pairs(changed, MODEL)
+    shorter = h.recall("c1", msgs[:3], MODEL)  # a shorter resend shares all it has
+    assert shorter.unchanged == 3 and shorter.pairs == known.pairs[:3]
 
 
 def test_a_known_repeat_spares_the_comparison() -> None:
@@ -53,6 +83,9 @@ def test_a_known_repeat_spares_the_comparison() -> None:
     grown = [*msgs, user("more")]
     assert h.recall("c1", grown, MODEL, repeats=msgs).unchanged == len(msgs)
     assert h.recall("c1", grown, MODEL, repeats=list(msgs)).unchanged == len(msgs)
+    edited = [*msgs[:3], user("edited")]
+    assert h.recall("c1", edited, MODEL, repeats=msgs, shared=3).unchanged == 3
+    assert h.recall("c1", edited, MODEL, repeats=list(msgs), shared=3).unchanged == 3
 
 
 def test_a_verified_prefix_is_carried_while_it_repeats() -> None:

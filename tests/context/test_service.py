@@ -30,6 +30,7 @@ from proxy.policy.platform import PlatformConfig
 from proxy.policy.service import PolicyService
 from proxy.store import Store
 from proxy.testing import agent
+from proxy.upstream.usage import UpstreamUsage
 
 MODEL = "svc-model"
 WINDOW = 8_000
@@ -152,7 +153,7 @@ async def test_the_upstream_count_corrects_later_estimates(
     job = await svc.prepare(ALICE, chat(msgs), "c1")
     report = await svc.manage(job)
     assert job.ratio == 1.0 and report.outcome == "none"
-    await svc.record_usage(job, report, round(report.estimate_after * 1.5))
+    await svc.record_usage(job, report, UpstreamUsage(round(report.estimate_after * 1.5)))
     again = await svc.prepare(ALICE, chat(msgs), "c1")
     assert again.ratio == 1.5
     assert again.scope.policy.compaction.trigger_ratio == pytest.approx(0.8 / 1.5)

@@ -95,7 +95,9 @@ def test_passthrough_forwards_client_key_and_binds_org(make_harness, tmp_path: P
     assert h.fake.requests[-1].headers["Authorization"] == "Bearer sk-client-own-key"
     assert h.state.auth.authenticate  # a binding picks the organization
     h.state.store.bind_key("sk-client-own-key", "globex")
-    principal = h.state.auth._resolve("sk-client-own-key", hash_key("sk-client-own-key"))
+    digest = hash_key("sk-client-own-key")
+    principal = h.state.auth._resolve(h.state.store.find_key(digest), "sk-client-own-key",
+                                      digest)
     assert principal is not None and principal.org == "globex"
 
 
@@ -106,5 +108,6 @@ def test_bound_passthrough_key_is_not_a_proxy_key(
     store = Store(store_target("s.db"))
     store.bind_key("sk-client", "acme")
     auth = Authenticator(store, "proxy_keys", "sk-up")
-    assert auth._resolve("sk-client", hash_key("sk-client")) is None
+    digest = hash_key("sk-client")
+    assert auth._resolve(store.find_key(digest), "sk-client", digest) is None
     store.close()

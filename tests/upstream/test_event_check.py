@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.upstream.answers import EventCheck
+from proxy.upstream.answers import EventCheck, ends_stream
 from proxy.upstream.usage import UsageScanner
 
 LINES = [b'data: {"choices":[{"delta":{"content":"hi"}}]}', b"", b": keep-alive",
@@ -53,8 +53,7 @@ def test_a_block_is_judged_as_its_lines_are(lines: list[bytes], cuts: list[int])
         _run(LineByLine(on_line=by_line.line, only=UsageScanner.marker), stream, cuts)
     assert block.lines == by_line.lines
     assert all(UsageScanner.marker in line for line in block.lines)
-    assert (block.usage.prompt_tokens, block.usage.cached_tokens) == \
-        (by_line.usage.prompt_tokens, by_line.usage.cached_tokens)
+    assert block.usage.usage == by_line.usage.usage
 
 
 def test_only_filters_the_lines_the_scanner_sees() -> None:
@@ -67,3 +66,26 @@ def test_only_filters_the_lines_the_scanner_sees() -> None:
     check = EventCheck(on_line=everything.append)
     check.feed(stream)
     assert len(everything) == 3
+
+
+RESPONSES_END = (b"response.completed", b"response.failed", b"response.incomplete", b"error")
+
+
+def test_an_event_named_in_a_text_delta_does_not_end_the_stream() -> None:
+    quoted = (b'event: response.output_text.delta\n'
+              b'data: {"type":"response.output_text.delta","delta":"a \\"type\\": \\"error\\" '
+              b'and response.completed"}\n\n')
+    check = EventCheck(terminal=RESPONSES_END)
+    assert check.feed(quoted) == quoted
+    assert not check.finished
+
+
+def test_each_form_of_a_final_event_ends_the_stream() -> None:
+    for line in (b"event: error", b'data: {"type": "response.completed", "response": {}}',
+                 b'data:{"type":"error","error":{}}', b"data: [DONE]"):
+        check = EventCheck(terminal=(*RESPONSES_END, b"[DONE]"))
+        check.feed(line + b"\n")
+        assert check.finished, line
+    assert ends_stream(b"event: message_stop", (b"message_stop",))
+    assert not ends_stream(b"id: message_stop", (b"message_stop",))
+    assert not ends_stream(b'data: ["message_stop"]', (b"message_stop",))

@@ -285,7 +285,7 @@ def test_event_check_relays_good_streams_byte_for_byte_at_any_cut() -> None:
         out = check.feed(GOOD[:cut])
         assert (GOOD[:cut].startswith(out) and out.endswith(b"\n")) or out == b""
         out += check.feed(GOOD[cut:]) + check.flush()
-        assert (out, check.bad, usage.prompt_tokens) == (GOOD, False, 1234), cut
+        assert (out, check.bad, usage.usage.prompt) == (GOOD, False, 1234), cut
 
 
 def test_event_check_stops_at_the_first_bad_line() -> None:

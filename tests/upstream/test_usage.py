@@ -14,7 +14,7 @@ def test_usage_scanner_finds_usage_split_across_chunks() -> None:
         scanner = UsageScanner()
         scanner.feed(stream[:cut])
         scanner.feed(stream[cut:])
-        assert scanner.prompt_tokens == 1234, cut
+        assert scanner.usage.prompt == 1234, cut
 
 
 def test_stated_window() -> None:
@@ -39,4 +39,4 @@ def test_cached_tokens_are_read_whole_and_streamed() -> None:
         scanner = UsageScanner()
         scanner.feed(stream[:cut])
         scanner.feed(stream[cut:])
-        assert (scanner.prompt_tokens, scanner.cached_tokens) == (5000, 4096), cut
+        assert (scanner.usage.prompt, scanner.usage.cached) == (5000, 4096), cut

@@ -1,0 +1,107 @@
+"""Serving through a store outage (SPEC section 9), on a real PostgreSQL server behind the
+forwarder of ``proxy.testing.forwarder``: a silent partition (bytes dropped, no reset) and a
+refused port. Recently seen keys are served from memory, unseen keys get 503
+``store_unavailable``, ``/healthz`` never waits on the store, ``/readyz`` says it is down, and
+what could not be written meanwhile is in the store once it answers again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from pgtest import SERVER_URL, fresh_schema, via_port
+
+from proxy.context.identity import conversation_key
+from proxy.store.postgres import connect
+from proxy.testing.forwarder import Forwarder
+from proxy.testing.harness import Harness
+
+MSG = [{"role": "user", "content": "Hello"}]
+# A bound far above the store's deadlines and far below the 10 s the partition lasts: an answer
+# within it came while the partition held (the loop did not freeze behind the store).
+ANSWER_BOUND_S = 5.0
+
+
+@pytest.fixture
+def schema_url() -> Iterator[str]:
+    with fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def forwarder() -> Iterator[Forwarder]:
+    f = Forwarder(urlsplit(SERVER_URL).port or 5432).start()
+    yield f
+    f.stop()
+
+
+def chat(base: str, key: str, conversation: str) -> httpx.Response:
+    return httpx.post(f"{base}/v1/chat/completions", timeout=ANSWER_BOUND_S,
+                      headers={"Authorization": f"Bearer {key}",
+                               "X-Conversation-Id": conversation},
+                      json={"model": "gpt-4o", "messages": MSG})
+
+
+def wait_ready(base: str) -> None:
+    for _ in range(300):  # the store's return is seen by a probe: poll, not a timing assertion
+        if httpx.get(f"{base}/readyz", timeout=ANSWER_BOUND_S).status_code == 200:
+            return
+        time.sleep(0.1)
+    raise AssertionError("/readyz never became ready after the store returned")
+
+
+def metric(base: str, name: str) -> float:
+    for line in httpx.get(f"{base}/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def rows(url: str, sql: str, params: list[Any]) -> list[Any]:
+    with connect(url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+@pytest.mark.parametrize("outage", ["partition", "refused"])
+def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
+        make_harness: Callable[..., Harness], schema_url: str, forwarder: Forwarder,
+        outage: str) -> None:
+    h = make_harness(env={"CONTEXT_PROXY_DATABASE_URL": via_port(schema_url, forwarder.port)})
+    base = h.base_url.removesuffix("/v1")
+    seen, unseen = h.create_key("acme"), h.create_key("acme")
+    assert chat(base, seen, "warm").status_code == 200
+    assert metric(base, "context_proxy_store_up") == 1
+    forwarder.partition() if outage == "partition" else forwarder.down()
+    try:
+        served = [chat(base, seen, f"during-{i}") for i in range(3)]
+        refused = chat(base, unseen, "during-unseen")
+        health = httpx.get(f"{base}/healthz", timeout=ANSWER_BOUND_S)
+        ready = httpx.get(f"{base}/readyz", timeout=ANSWER_BOUND_S)
+        up_during = metric(base, "context_proxy_store_up")
+    finally:
+        forwarder.heal() if outage == "partition" else forwarder.up()
+    assert [r.status_code for r in served] == [200, 200, 200]
+    assert all(r.json()["choices"][0]["message"]["content"] for r in served)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "store_unavailable"
+    assert health.status_code == 200
+    assert ready.status_code == 503
+    assert up_during == 0
+    wait_ready(base)
+    assert chat(base, unseen, "after").status_code == 200  # no restart needed
+    keys = [conversation_key("acme", f"during-{i}") for i in range(3)]
+    for _ in range(100):  # the queue drains and usage flushes every 2 s: poll
+        stored = rows(schema_url, "SELECT id FROM conversations WHERE id = ANY(%s)", [keys])
+        usage = rows(schema_url, "SELECT conversation, requests FROM usage_totals "
+                     "WHERE conversation = ANY(%s)", [keys])
+        if len(stored) == 3 and len(usage) == 3:
+            break
+        time.sleep(0.1)
+    assert sorted(r[0] for r in stored) == sorted(keys)
+    assert sorted((r[0], r[1]) for r in usage) == sorted((k, 1) for k in keys)
+    assert metric(base, "context_proxy_store_up") == 1
+    assert metric(base, "context_proxy_store_writes_queued") == 0

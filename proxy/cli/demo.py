@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import openai
 
-from proxy.context.stages.mask import PLACEHOLDER_PREFIX
+from proxy.context.stages.mask import PLACEHOLDER_PREFIX, is_placeholder
 from proxy.context.stages.messages import is_summary, summary_body
 from proxy.context.tokens import TokenCounter
 from proxy.policy.model import validate_layer
@@ -40,8 +40,9 @@ PRICES = {"input_per_mtok": 3.0, "cached_per_mtok": 0.3, "write_per_mtok": 3.75,
 
 
 LEGEND = ("Legend: client/upstream = prompt tokens the client sent / the upstream received; "
-          "masked = tool outputs replaced by a placeholder; compaction = what the summary stage "
-          "did (auto: a new summary, reused: the stored one); divider = the compaction's record.")
+          "masked = tool outputs shown as a placeholder in the list sent upstream; "
+          "compaction = what the summary stage did (auto: a new summary, reused: the stored "
+          "one); divider = the compaction's record.")
 
 
 @dataclass
@@ -161,20 +162,27 @@ def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
         raw.parse()
         client_tokens = counter.count_messages(messages, MODEL, agent.TOOLS)
         p.prompts.append(approx_tokens(messages, agent.TOOLS))
-        upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
-                                                 MODEL, agent.TOOLS)
+        sent = fake.chat_requests()[-1]["messages"]
+        upstream_tokens = counter.count_messages(sent, MODEL, agent.TOOLS)
         p.sent += client_tokens
         p.received += upstream_tokens
         hd = raw.headers
         if p.compacting is None and hd.get("x-context-compaction") == "auto":
             p.compacting = (turn, dict(hd))
         _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
-             hd.get("x-context-masked", "-"), hd.get("x-context-compaction", "-"),
+             masked_in(sent), hd.get("x-context-compaction", "-"),
              (hd.get("x-context-divider-id") or "-")[:10])
         if not last:
             messages += [assistant, *results]
     out.write(f"\n{LEGEND}\n")
     return p
+
+
+def masked_in(sent: list[Any]) -> int:
+    """Tool outputs shown as a placeholder in the list the upstream received: on a ``reused``
+    turn too, whose ``X-Context-Masked`` counts only what this request newly masked."""
+    return sum(1 for m in sent if isinstance(m, dict) and m.get("role") == "tool"
+               and is_placeholder(m.get("content")))
 
 
 def _report(out: TextIO, client: openai.OpenAI, fake: FakeUpstream, p: Played) -> None:

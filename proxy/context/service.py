@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from proxy.auth import Principal
+from proxy.context import overhead
 from proxy.context.api_summarizer import ApiSummarizerFactory
 from proxy.context.compaction import Compacted, compact
 from proxy.context.flights import Flights
@@ -197,7 +198,8 @@ class ContextService:
         phash = await job.bulk(prefix_hash, job.request.messages, p.covered)
         flight = (job.key, phash)
         if flight in self._inflight:  # another request of this conversation is making it
-            record = await asyncio.shield(self._inflight[flight])
+            with overhead.excluded():  # waiting for its summary call
+                record = await asyncio.shield(self._inflight[flight])
             return await self._shared(job, p, record, retried)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()
@@ -222,8 +224,9 @@ class ContextService:
             async with self.flights.holding(job.key, phash, claim.leased):
                 return await self._summarize(job, p, phash, retried)
         if record is None:
-            record = await self.flights.wait(job.key, phash, p.covered,
-                                             job.policy.compaction.summary_timeout_s)
+            with overhead.excluded():  # another process's summary call
+                record = await self.flights.wait(job.key, phash, p.covered,
+                                                 job.policy.compaction.summary_timeout_s)
             if record is None:
                 log.warning("compaction failed for a conversation of %s: another process was "
                             "making its summary and none was stored in time", job.principal.org)
@@ -248,9 +251,10 @@ class ContextService:
         try:
             assert p.compaction is not None
             riding = await job.offload(sent_before, p, job.scope)
-            done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
-                                 self._summarizer(job, summary_model), summary_scope,
-                                 job.offload, riding)
+            with overhead.excluded():  # the summary calls are the upstream's time
+                done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
+                                     self._summarizer(job, summary_model), summary_scope,
+                                     job.offload, riding)
         except (SummaryFailed, TimeoutError, ValueError) as e:
             log.warning("compaction failed for a conversation of %s: %s", job.principal.org, e)
             return self._report(job, p, "failed", retried), None

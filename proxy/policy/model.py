@@ -9,7 +9,8 @@ is loaded or written, so the request path only ever sees valid, frozen objects.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,42 +286,61 @@ FIELDS: dict[str, FieldSpec] = {
 }
 
 
-def validate_layer(flat: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``name``; "" when none
+    is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_field(key: str) -> str:
+    """The message for a policy field that does not exist, with the closest that does."""
+    return f"unknown policy field{did_you_mean(key, FIELDS)}"
+
+
+def validate_layer(flat: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
     """Check every field of one layer; return the normalized values.
 
-    Raises ``PolicyError`` naming the first unknown field or bad value (``where`` prefixes the
-    message, e.g. the YAML file's path).
+    Raises ``PolicyError`` naming the first unknown field (with the closest known one) or bad
+    value; ``where`` (e.g. the YAML file's path) is added to the message when given, for
+    callers that do not name it themselves.
     """
     out: dict[str, Any] = {}
     for key, value in flat.items():
         spec = FIELDS.get(key)
-        if spec is None:
-            raise PolicyError(key, f"unknown policy field in {where}")
         try:
+            if spec is None:
+                raise PolicyError(key, unknown_field(key))
             out[key] = spec.check(key, value)
         except PolicyError as e:
-            raise PolicyError(key, f"{e.message} (in {where})") from None
+            raise PolicyError(key, e.message + (f" (in {where})" if where else "")) from None
     return out
 
 
-def flatten(nested: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+def _in(where: str | None) -> str:
+    return f" in {where}" if where else ""
+
+
+def flatten(nested: Mapping[str, Any], where: str | None = "policy") -> dict[str, Any]:
     """Turn ``{masking: {enabled: false}}`` into ``{"masking.enabled": False}`` (unvalidated).
 
     ``models`` stays a single field; section names must be mappings.
     """
     if not isinstance(nested, Mapping):
-        raise PolicyError("policy", f"expected a mapping in {where}, got {nested!r}")
+        raise PolicyError("policy", f"expected a mapping{_in(where)}, got {nested!r}")
     flat: dict[str, Any] = {}
     for section, value in nested.items():
         if section in ("models", "fallback_window"):
             flat[section] = value
         elif section in ("masking", "compaction", "rerank"):
             if not isinstance(value, Mapping):
-                raise PolicyError(section, f"expected a mapping in {where}, got {value!r}")
+                raise PolicyError(section, f"expected a mapping{_in(where)}, got {value!r}")
             for name, v in value.items():
                 flat[f"{section}.{name}"] = v
         else:
-            raise PolicyError(str(section), f"unknown policy section in {where}")
+            raise PolicyError(str(section), f"unknown policy section{_in(where)}"
+                              + did_you_mean(str(section), ("masking", "compaction", "rerank",
+                                                            "models", "fallback_window")))
     return flat
 
 

@@ -20,7 +20,7 @@ from proxy.context.tokens import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = 20  # the first compaction of the demo session comes at turn 20
+TURNS = 26  # the first compaction of the demo session comes at turn 20, then it is reused
 
 
 def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
@@ -43,6 +43,9 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
         assert row[5] in ("none", "reused", "auto", "insufficient"), row
     assert rows[0][3] == rows[0][2] and rows[0][4:6] == ["0", "none"]  # nothing to do yet
     assert [r[5] for r in rows].count("auto") >= 1
+    # The masked column counts the placeholders of the list sent, on reused turns too (where
+    # X-Context-Masked counts only what that request newly masked).
+    assert any(r[5] == "reused" and int(r[4]) > 0 for r in rows), rows
     assert int(rows[-1][3].replace(",", "")) <= demo.WINDOW
     assert (f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
             "upstream at the last turn: yes") in text
@@ -68,6 +71,13 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     spent, without, sign, saved = money.groups()
     assert float(spent) > 0 and float(without) > 0
     assert float(f"{sign}{saved}") == pytest.approx(float(without) - float(spent), abs=2e-4)
+
+
+def test_masked_counts_the_placeholders_sent() -> None:
+    sent = [{"role": "tool", "content": "[tool output cleared: 1,200 tokens from run; spill ab]"},
+            {"role": "tool", "content": "kept"}, {"role": "user", "content": "[tool output "
+                                                   "cleared: a user's words]"}]
+    assert demo.masked_in(sent) == 1
 
 
 def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:

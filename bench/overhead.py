@@ -8,7 +8,8 @@ Every server runs in its own process on a loopback port: the fake upstream
 
 Scenarios: the fixed 50-message request (about 4,200 tokens) non-streamed and streamed (first
 chunk, last byte) at concurrency 1 and 16; then a large agent conversation (about 2 MB, 1,600
-messages, one turn more per request) at concurrency 1. Targets are ratios to the bare relay
+messages, one turn more per request) at concurrency 1; then requests that each differ from the
+one before (``_workload.SCENARIOS``) at concurrency 1 and 16. Targets are ratios to the bare relay
 measured in the same run (``_report.py``). Run ``python bench/overhead.py --help`` for the
 options; ``bench/README.md`` has more. The modules:
 
@@ -48,6 +49,7 @@ from _load import (  # noqa: E402
     measure_scenarios,
     warm,
 )
+from _overhead_header import HeaderCheck, header_check, report_header  # noqa: E402
 from _procs import LoadMeter, Procs, Target, wait_quiet  # noqa: E402
 from _report import report  # noqa: E402
 from _servers import direct_target, serve_fake, start_all, start_fake  # noqa: E402
@@ -86,6 +88,7 @@ async def run(args: argparse.Namespace) -> int:
             f"seed {grow.spec.seed}), growing by one turn per request")
     t_start = time.perf_counter()
     large: LargeRun | None = None
+    said: HeaderCheck | None = None
     with tempfile.TemporaryDirectory(prefix="cp-bench-") as tmpdir:
         procs = Procs(Path(tmpdir))
         connector = aiohttp.TCPConnector(limit=128)
@@ -124,10 +127,16 @@ async def run(args: argparse.Namespace) -> int:
                 if grow is not None:
                     large = await measure_large(session, large_targets(targets), grow, plan,
                                                 fake_pid, say)
+                cp, bare = (next(t for t in targets if t.key == k) for k in ("cp", "bare"))
+                if cp.error is None and bare.error is None:
+                    said = await header_check(session, direct, bare, cp, bodies[False],
+                                              100 if args.quick else 400)
                 other = meter.cpus()
             finally:
                 procs.stop()
     ok = report(targets, cells, say, large, {k: title for k, (title, _) in scenarios.items()})
+    if said is not None:
+        report_header(said, say)
     say(f"\nother processes on this machine used {other:.2f} CPUs on average while measuring"
         + ("  -- WARNING: the figures are disturbed; rerun on a quiet machine"
            if other > 0.15 else ""))

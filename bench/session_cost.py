@@ -12,6 +12,7 @@ over the whole session, and over the turns where pass-through still fits the win
 
     .venv/bin/python bench/session_cost.py            # all six sessions, a few minutes
     .venv/bin/python bench/session_cost.py --only 150x128k
+    .venv/bin/python bench/session_cost.py --matrix     # every shape x policy (session_matrix)
 """
 
 from __future__ import annotations
@@ -174,7 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--policy", action="append", default=[], metavar="FIELD=VALUE",
                    help="a platform default for every session, e.g. masking.trigger_ratio=0.5 "
                         "(the value read as JSON, else as text; repeatable)")
+    p.add_argument("--matrix", action="store_true",
+                   help="play the session-cost matrix (bench/session_matrix.py); --only then "
+                        "names cells, e.g. 32k/mid/s11")
+    p.add_argument("--workers", type=int, default=2, help="processes for --matrix")
     args = p.parse_args(argv)
+    if args.matrix:
+        from bench import session_matrix
+
+        return session_matrix.main(args.workers, args.only or ())
     try:
         policy = dict(_setting(item) for item in args.policy)
         validate_layer(policy)

@@ -59,10 +59,15 @@ def bearer_token(request: web.Request) -> str | None:
     return other or None
 
 
+CHUNK = 500  # keys per statement when the cached ones are checked again
+
+
 @dataclass
 class _Entry:
     principal: Principal | None  # None: the key is unknown or revoked (401)
     validated_at: float  # monotonic: when the store last vouched for it
+    digest: str
+
 
 
 class Authenticator:
@@ -93,14 +98,33 @@ class Authenticator:
         try:
             self._checked, writes = now, self.store.key_writes
             kv = await self.store.run(self.store.keys_version)
-            self._writes, self._confirmed = writes, time.monotonic()
             if kv != self._keys_version:
-                self._keys_version = kv
-                self._cache.clear()
+                await self._revalidate(kv)
+            self._writes, self._confirmed = writes, time.monotonic()
         except StoreUnavailable:
             pass  # the cache stands; entries past the grace are refused (``_vouched``)
         finally:
             self._check = None
+
+    async def _revalidate(self, kv: int) -> None:
+        """After any key write (by any process): check every cached valid key again, in a few
+        reads, and forget the unknown ones. The cache is not emptied: a key write elsewhere
+        must not leave the keys an outage relies on unvouched for."""
+        valid = {e.digest: t for t, e in self._cache.items() if e.principal is not None}
+        found = await self.store.run(self._find_keys, list(valid))
+        now = time.monotonic()
+        self._cache = {token: _Entry(self._resolve(found.get(digest), token, digest), now,
+                                     digest) for digest, token in valid.items()}
+        self._keys_version = kv
+
+    def _find_keys(self, digests: list[str]) -> dict[str, KeyRecord]:
+        """The stored records of ``digests`` (on a reader thread)."""
+        out: dict[str, KeyRecord] = {}
+        for i in range(0, len(digests), CHUNK):
+            chunk = digests[i:i + CHUNK]
+            for rec_hash, rec in self.store.find_keys(chunk):
+                out[rec_hash] = rec
+        return out
 
     def _resolve(self, rec: KeyRecord | None, token: str, digest: str) -> Principal | None:
         if self.mode == "passthrough":
@@ -142,7 +166,7 @@ class Authenticator:
             principal = self._resolve(rec, token, digest)
             if len(cache) >= 100_000:
                 cache.clear()
-            cache[token] = _Entry(principal, time.monotonic())
+            cache[token] = _Entry(principal, time.monotonic(), digest)
         if principal is None:
             raise ApiError(401, "Invalid or revoked API key.", code="invalid_api_key")
         return principal

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import hypothesis  # noqa: F401  (see below)
 import openai
 import pytest
+from needs import REQUIRE_ALL, need  # noqa: F401  (need: imported from here by helpers)
 from pgtest import fresh_schema, on_postgres
 
 from proxy.store import Store
@@ -21,18 +21,6 @@ from proxy.testing.harness import Harness
 # hypothesis is imported here, at collection, rather than by its plugin at the end of a session
 # that ran no property test: that late import parses source while litellm's worker threads may
 # still be running, and CPython 3.11's AST state is not thread-safe (SystemError).
-
-
-REQUIRE_ALL = "CONTEXT_PROXY_REQUIRE_ALL"
-
-
-def need(what: str, how_to_install: str) -> NoReturn:
-    """A tool the test needs is missing: skip, naming it and how to install it, or fail when
-    ``CONTEXT_PROXY_REQUIRE_ALL=1`` (CI sets it: there, a missing tool is a broken set-up)."""
-    message = f"{what} is missing: {how_to_install}"
-    if os.environ.get(REQUIRE_ALL, "") not in ("", "0"):
-        pytest.fail(f"{message} ({REQUIRE_ALL} is set: nothing may be skipped)", pytrace=False)
-    pytest.skip(message)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

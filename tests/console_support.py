@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from needs import need
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from proxy.testing.fake_upstream import FakeUpstream
@@ -22,7 +24,7 @@ TOKEN = "console-admin-token-0123"
 MODEL = "console-model"
 WINDOW = 10_000
 REFUSED = re.compile(r"Failed to load resource: the server responded with a status of (\d+) .*")
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium") or "chromium"  # Debian's, on PATH
 # Chromium's background services would try to reach the internet, which this machine has not.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -90,6 +92,9 @@ def console(start_console: Callable[..., Console]) -> Console:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    if shutil.which(CHROMIUM) is None:
+        need("Chromium (the chromium command, on PATH)", "apt-get install -y chromium "
+             "(Debian's package; no browser download); .ci/run does it in CI")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b

@@ -8,6 +8,7 @@ the test. A schema is much cheaper to make than a database, which keeps the seco
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from collections.abc import Iterator
@@ -15,11 +16,33 @@ from contextlib import contextmanager
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
+from needs import need
 
-from proxy.store.postgres import connect
+from proxy.store.postgres import connect, public_url
 from proxy.testing.forwarder import Forwarder
 
 SERVER_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+INSTALL_POSTGRES = ("run a PostgreSQL server there (Debian: apt-get install -y postgresql; trust "
+                    "auth for postgres, a database named test) or point TEST_DATABASE_URL at one")
+
+
+@functools.cache
+def _unreachable() -> str | None:
+    """Why the test server cannot be used (None: it can), asked once per run."""
+    try:
+        with connect(SERVER_URL) as conn:
+            conn.execute("SELECT 1")
+    except Exception as e:  # what psycopg raises for a server that is not there varies
+        return " ".join(str(e).split())[:200] or type(e).__name__
+    return None
+
+
+def require_postgres() -> None:
+    """Skip (or, in CI, fail) the test when the PostgreSQL server is not there, saying so."""
+    reason = _unreachable()
+    if reason is not None:
+        need(f"PostgreSQL at {public_url(SERVER_URL)} (TEST_DATABASE_URL; {reason})",
+             INSTALL_POSTGRES)
 
 
 def via_port(url: str, port: int) -> str:
@@ -42,6 +65,7 @@ def on_postgres(config: pytest.Config) -> bool:
 @contextmanager
 def fresh_schema() -> Iterator[str]:
     """A new empty schema; yields the proxy's URL for it. Dropped (with what is in it) after."""
+    require_postgres()
     schema = "t_" + secrets.token_hex(6)
     with connect(SERVER_URL) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")

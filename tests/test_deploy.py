@@ -46,7 +46,7 @@ def expressions() -> dict[str, str]:
 
 
 def dockerfile() -> str:
-    return (DEPLOY / "Dockerfile").read_text()
+    return (ROOT / "Dockerfile").read_text()
 
 
 def compose() -> dict[str, Any]:
@@ -195,7 +195,7 @@ def test_shutdown_grace_ends_before_docker_kills_the_proxy() -> None:
 
 def test_compose_runs_the_proxy_with_prometheus_and_its_rules() -> None:
     services = compose()["services"]
-    assert services["proxy"]["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+    assert services["proxy"]["build"] == {"context": "..", "dockerfile": "Dockerfile"}
     mounts = services["prometheus"]["volumes"]
     assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
     assert "./alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
@@ -228,4 +228,5 @@ def test_compose_runs_two_replicas_on_one_postgresql() -> None:
 def test_the_image_leaves_caches_and_secrets_out() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"**/__pycache__", "**/*.py[cod]", ".env", ".git", ".venv", "tests"} <= set(ignored)
-    assert not (ROOT / "Dockerfile").exists()  # one Dockerfile, in deploy/
+    # One Dockerfile, at the root (where `docker build .` looks); deploy/ keeps the rest.
+    assert (ROOT / "Dockerfile").is_file() and not (DEPLOY / "Dockerfile").exists()

@@ -17,10 +17,13 @@ from pgtest import SERVER_URL, fresh_schema, via_port
 
 from proxy.context.identity import conversation_key
 from proxy.store.postgres import connect
+from proxy.testing import agent
+from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.forwarder import Forwarder
 from proxy.testing.harness import Harness
 
 MSG = [{"role": "user", "content": "Hello"}]
+MODEL = "agent-32k"
 # A bound far above the store's deadlines and far below the 10 s the partition lasts: an answer
 # within it came while the partition held (the loop did not freeze behind the store).
 ANSWER_BOUND_S = 5.0
@@ -44,6 +47,13 @@ def chat(base: str, key: str, conversation: str) -> httpx.Response:
                       headers={"Authorization": f"Bearer {key}",
                                "X-Conversation-Id": conversation},
                       json={"model": "gpt-4o", "messages": MSG})
+
+
+def compact(base: str, key: str, conversation: str) -> httpx.Response:
+    messages = agent.conversation(agent.AgentSpec(seed=3, output_tokens=(1800, 2200)), 4)
+    return httpx.post(f"{base}/v1/conversations/{conversation}/compact", timeout=30,
+                      headers={"Authorization": f"Bearer {key}"},
+                      json={"model": MODEL, "messages": messages, "tools": agent.TOOLS})
 
 
 def wait_ready(base: str) -> None:
@@ -70,7 +80,10 @@ def rows(url: str, sql: str, params: list[Any]) -> list[Any]:
 def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
         make_harness: Callable[..., Harness], schema_url: str, forwarder: Forwarder,
         outage: str) -> None:
-    h = make_harness(env={"CONTEXT_PROXY_DATABASE_URL": via_port(schema_url, forwarder.port)})
+    url = via_port(schema_url, forwarder.port)
+    h = make_harness(fake=FakeUpstream(models={MODEL: 32_768}),
+                     env={"CONTEXT_PROXY_DATABASE_URL": url,
+                          "CONTEXT_PROXY_MANUAL_COMPACTION": "true"})
     base = h.base_url.removesuffix("/v1")
     seen, unseen = h.create_key("acme"), h.create_key("acme")
     assert chat(base, seen, "warm").status_code == 200
@@ -79,6 +92,7 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
     try:
         served = [chat(base, seen, f"during-{i}") for i in range(3)]
         refused = chat(base, unseen, "during-unseen")
+        compacted = compact(base, seen, "during-compact")  # its summary held in memory
         health = httpx.get(f"{base}/healthz", timeout=ANSWER_BOUND_S)
         ready = httpx.get(f"{base}/readyz", timeout=ANSWER_BOUND_S)
         up_during = metric(base, "context_proxy_store_up")
@@ -86,6 +100,8 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
         forwarder.heal() if outage == "partition" else forwarder.up()
     assert [r.status_code for r in served] == [200, 200, 200]
     assert all(r.json()["choices"][0]["message"]["content"] for r in served)
+    assert compacted.status_code == 200, compacted.text
+    divider = compacted.json()["divider"]["id"]
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "store_unavailable"
     assert health.status_code == 200
@@ -98,10 +114,12 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
         stored = rows(schema_url, "SELECT id FROM conversations WHERE id = ANY(%s)", [keys])
         usage = rows(schema_url, "SELECT conversation, requests FROM usage_totals "
                      "WHERE conversation = ANY(%s)", [keys])
-        if len(stored) == 3 and len(usage) == 3:
+        dividers = rows(schema_url, "SELECT id FROM compactions WHERE id = %s", [divider])
+        if len(stored) == 3 and len(usage) == 3 and dividers:
             break
         time.sleep(0.1)
     assert sorted(r[0] for r in stored) == sorted(keys)
+    assert dividers == [(divider,)]  # acknowledged during the outage, written on its return
     assert sorted((r[0], r[1]) for r in usage) == sorted((k, 1) for k in keys)
     assert metric(base, "context_proxy_store_up") == 1
     assert metric(base, "context_proxy_store_writes_queued") == 0

@@ -54,6 +54,10 @@ def _serve(settings: Settings) -> int:
     from proxy.http.access import ACCESS_LOGGER, AccessLog
 
     app = create_app(settings)
+    from proxy.cli import shutdown_log, upstream_check
+
+    upstream_check.install(app, settings, startup.public_url(settings.upstream_url))
+    shutdown_log.install(app)
     startup.tune_collector()
     startup.tune_allocator()
     line = startup.startup_line(settings, sock)
@@ -145,14 +149,25 @@ def _positive(value: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the proxy")
-    s.add_argument("--host")
-    s.add_argument("--port", type=int)
+    from proxy import __version__
+    from proxy.cli.parser import Parser
+
+    p = Parser(prog="context-proxy", description=DESCRIPTION,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"context-proxy {__version__}",
+                   help="print the version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("serve", help="run the proxy",
+                       description="Run the proxy (settings: CONTEXT_PROXY_* variables and the "
+                       "policies folder, docs/configuration.md).")
+    s.add_argument("--host", help="address to listen on (default: CONTEXT_PROXY_HOST, "
+                   "else 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port to listen on (default: CONTEXT_PROXY_PORT, "
+                   "else 8080; 0 lets the system pick)")
     s.set_defaults(fn=cmd_serve)
     d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
-    d.add_argument("--turns", type=_positive, default=60)
+    d.add_argument("--turns", type=_positive, default=60,
+                   help="turns of the session to play (default 60)")
     d.add_argument("--serve", action="store_true",
                    help="then keep the proxy and its fake upstream running for your own client")
     d.add_argument("--port", type=int, default=0,
@@ -167,16 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keys", help="manage proxy API keys").add_subparsers(dest="keys_cmd",
                                                                            required=True)
     kc = k.add_parser("create", help="issue a key (printed once)")
-    kc.add_argument("--org", required=True)
-    kc.add_argument("--user")
+    kc.add_argument("--org", required=True, help="the organization the key belongs to")
+    kc.add_argument("--user", help="the user of that organization it belongs to (optional)")
     kc.set_defaults(fn=cmd_keys_create)
     kb = k.add_parser("bind", help="bind a passthrough client key (read from stdin) to an org")
-    kb.add_argument("--org", required=True)
-    kb.add_argument("--user")
+    kb.add_argument("--org", required=True, help="the organization the client key belongs to")
+    kb.add_argument("--user", help="the user of that organization it belongs to (optional)")
     kb.set_defaults(fn=cmd_keys_bind)
     k.add_parser("list", help="list keys (no secrets)").set_defaults(fn=cmd_keys_list)
     kr = k.add_parser("revoke", help="revoke a key by id")
-    kr.add_argument("id")
+    kr.add_argument("id", help="the key's id (from keys create or keys list)")
     kr.set_defaults(fn=cmd_keys_revoke)
     dv = sub.add_parser("dividers", help="a conversation's dividers (compaction records)")
     dv.add_argument("--org", required=True, help="the organization that owns it")
@@ -186,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_policy_commands(sub)
     return p
+
+
+DESCRIPTION = """An OpenAI-compatible proxy that keeps long conversations inside the model's
+context window. Commands that read or write the store name it on stderr (store: ...); without
+CONTEXT_PROXY_DB it is context-proxy/context-proxy.db in $XDG_DATA_HOME (~/.local/share).
+Run `context-proxy COMMAND --help` for a command's options."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,9 +19,10 @@ from typing import Any, TextIO
 
 import openai
 
-from proxy.context.stages.mask import PLACEHOLDER_PREFIX
+from proxy.context.stages.mask import PLACEHOLDER_PREFIX, is_placeholder
 from proxy.context.stages.messages import is_summary, summary_body
 from proxy.context.tokens import TokenCounter
+from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
 from proxy.testing.cost import Call, cached_share, cost, passthrough
@@ -32,11 +33,16 @@ MODEL = "demo-agent"
 WINDOW = 16_384
 SESSION = agent.DEMO  # the shared generator's demo session: seed 7, a fact buried in turn 3
 CONVERSATION = "demo-session"
+# The demo model is priced like a current frontier model (US dollars per million tokens), so the
+# report can say what the session cost and saved; real models take litellm's prices.
+PRICES = {"input_per_mtok": 3.0, "cached_per_mtok": 0.3, "write_per_mtok": 3.75,
+          "output_per_mtok": 15.0}
 
 
 LEGEND = ("Legend: client/upstream = prompt tokens the client sent / the upstream received; "
-          "masked = tool outputs replaced by a placeholder; compaction = what the summary stage "
-          "did (auto: a new summary, reused: the stored one); divider = the compaction's record.")
+          "masked = tool outputs shown as a placeholder in the list sent upstream; "
+          "compaction = what the summary stage did (auto: a new summary, reused: the stored "
+          "one); divider = the compaction's record.")
 
 
 @dataclass
@@ -98,12 +104,14 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout, serve: bool = False,
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
     with tempfile.TemporaryDirectory() as tmp, \
-            Harness(Path(tmp), fake=fake, platform=PlatformConfig(), port=port,
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig(
+                defaults=validate_layer({"models": {MODEL: PRICES}})), port=port,
                     env={"CONTEXT_PROXY_DATABASE_URL": ""}) as h:  # offline: a temporary file
         key = h.create_key("demo-org")  # the platform: the embedded defaults
         with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as client:
             played = _play(out, turns, client, fake, script)
             _report(out, client, fake, played)
+            _money(out, h)
         if serve:
             script.next_message = None
             fake.record = False
@@ -111,6 +119,19 @@ def run_demo(turns: int = 60, out: TextIO = sys.stdout, serve: bool = False,
 
             keep_serving(out, h.base_url, key)
     return 0
+
+
+def _money(out: TextIO, h: Harness) -> None:
+    """The session's money as the proxy booked it (its ``/metrics``), summary calls included."""
+    spent = h.metric("context_proxy_cost_spent_usd_total")
+    without = h.metric("context_proxy_cost_without_proxy_usd_total")
+    share = f" ({1 - spent / without:.0%} of it)" if without else ""
+    saved = without - spent
+    out.write(f"\nMoney, at ${PRICES['input_per_mtok']:g} per million input tokens "
+              f"(${PRICES['cached_per_mtok']:g} cached, ${PRICES['write_per_mtok']:g} cache "
+              f"writes, ${PRICES['output_per_mtok']:g} output): spent upstream "
+              f"${spent:.4f}; the client's own requests would have cost ${without:.4f} "
+              f"without the proxy; saved {'-' if saved < 0 else ''}${abs(saved):.4f}{share}\n")
 
 
 @dataclass
@@ -141,20 +162,27 @@ def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
         raw.parse()
         client_tokens = counter.count_messages(messages, MODEL, agent.TOOLS)
         p.prompts.append(approx_tokens(messages, agent.TOOLS))
-        upstream_tokens = counter.count_messages(fake.chat_requests()[-1]["messages"],
-                                                 MODEL, agent.TOOLS)
+        sent = fake.chat_requests()[-1]["messages"]
+        upstream_tokens = counter.count_messages(sent, MODEL, agent.TOOLS)
         p.sent += client_tokens
         p.received += upstream_tokens
         hd = raw.headers
         if p.compacting is None and hd.get("x-context-compaction") == "auto":
             p.compacting = (turn, dict(hd))
         _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
-             hd.get("x-context-masked", "-"), hd.get("x-context-compaction", "-"),
+             masked_in(sent), hd.get("x-context-compaction", "-"),
              (hd.get("x-context-divider-id") or "-")[:10])
         if not last:
             messages += [assistant, *results]
     out.write(f"\n{LEGEND}\n")
     return p
+
+
+def masked_in(sent: list[Any]) -> int:
+    """Tool outputs shown as a placeholder in the list the upstream received: on a ``reused``
+    turn too, whose ``X-Context-Masked`` counts only what this request newly masked."""
+    return sum(1 for m in sent if isinstance(m, dict) and m.get("role") == "tool"
+               and is_placeholder(m.get("content")))
 
 
 def _report(out: TextIO, client: openai.OpenAI, fake: FakeUpstream, p: Played) -> None:

@@ -122,11 +122,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def add_policy_commands(sub: Any) -> None:
     """Add ``policy`` and its subcommands to the top-level subparsers ``sub``."""
-    pol = sub.add_parser("policy", help="show, set, clear or validate policies")
+    pol = sub.add_parser("policy", help="show, set, clear or validate policies",
+                         description="Show, set, clear or validate policies: the admin API's "
+                         "rules, on the store the settings name.")
     cmds = pol.add_subparsers(dest="policy_cmd", required=True)
 
     def target(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--org", required=True)
+        p.add_argument("--org", required=True, help="the organization whose layer it is")
         p.add_argument("--user", help="a user of the organization (default: the org layer)")
 
     show = cmds.add_parser("show", help="print the effective view (JSON)")
@@ -134,7 +136,8 @@ def add_policy_commands(sub: Any) -> None:
     show.set_defaults(fn=cmd_show)
     st = cmds.add_parser("set", help="set fields of an org or user layer: FIELD=VALUE ...")
     target(st)
-    st.add_argument("assignments", nargs="+", metavar="FIELD=VALUE")
+    st.add_argument("assignments", nargs="+", metavar="FIELD=VALUE",
+                    help="dotted policy fields and their values, e.g. compaction.trigger_ratio=0.7")
     st.set_defaults(fn=cmd_set)
     cl = cmds.add_parser("clear", help="clear an org or user layer (use the platform default)")
     target(cl)

@@ -123,7 +123,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _public_url(url: str) -> str:
+def public_url(url: str) -> str:
     """``url`` without credentials or a query (neither belongs in a log)."""
     parts = urlsplit(url)
     netloc = parts.hostname or ""
@@ -136,7 +136,7 @@ def startup_line(settings: Settings, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     policies = str(settings.policies_dir) if settings.policies_dir else "none (built-in defaults)"
     return (f"context-proxy listening on http://{host}:{port}; upstream "
-            f"{_public_url(settings.upstream_url)}; policies {policies}; store {_store(settings)}; "
+            f"{public_url(settings.upstream_url)}; policies {policies}; store {_store(settings)}; "
             f"auth {settings.auth_mode}")
 
 

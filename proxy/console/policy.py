@@ -22,6 +22,7 @@ from proxy.state import STATE
 NOTICES = {"saved": "Saved. The new values are in force.",
            "unchanged": "Nothing to change: every value is as stored.",
            "cleared": "Cleared: this layer now uses the platform default for every field.",
+           "field-cleared": "Cleared: the field now inherits; the layer's other values stay.",
            "rerank-on": "Retrieval rerank is on.", "rerank-off": "Retrieval rerank is off."}
 
 
@@ -110,6 +111,20 @@ async def rerank_toggle(request: web.Request) -> web.StreamResponse:
 
 
 @page
+async def clear_field(request: web.Request) -> web.StreamResponse:
+    """A row's "Clear" button: removes the layer's stored value of that one field (an
+    ``ignored`` one, stored before a lock, too), through the admin API's field-write checks
+    (unknown field, YAML-managed organization); the layer's other values stay."""
+    _, form = await require_write(request)
+    org, user = target(request)
+    name = form.get("field")
+    if not isinstance(name, str) or not name:
+        raise Refused(400, "The clear button sends the field to clear (field=...).")
+    await request.app[STATE].policies.refresh()
+    return await _write(request, org, user, {name: None}, None, "field-cleared")
+
+
+@page
 async def clear_confirm(request: web.Request) -> web.StreamResponse:
     """The confirmation step of "Use the platform default" (a page, so it needs no script)."""
     require_session(request)
@@ -147,4 +162,5 @@ def add_routes(app: web.Application) -> None:
         r.add_post(base, policy_save, name=name + "_save")
         r.add_post(base + "/rerank", rerank_toggle, name=name + "_rerank")
         r.add_get(base + "/clear", clear_confirm, name=name + "_clear_confirm")
+        r.add_post(base + "/clear-field", clear_field, name=name + "_clear_field")
         r.add_post(base + "/clear", clear_layer, name=name + "_clear")

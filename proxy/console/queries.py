@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context.hourly import COUNTS, OUTCOMES, hour_of
+from proxy.context.hourly import COUNTS, MONEY, OUTCOMES, hour_of
 from proxy.store import Store
 
 LIST_LIMIT = 200
@@ -23,11 +23,21 @@ class Totals:
     """Usage of an organization or a user (all hours the store holds)."""
 
     keys: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
 
     def add(self, row: Any) -> None:
-        for name in COUNTS:
-            self.counts[name] += int(row[name] or 0)
+        for name in COUNTS:  # token counts are integers; money (MONEY) is US dollars
+            self.counts[name] += float(row[name] or 0) if name in MONEY else int(row[name] or 0)
+
+    @property
+    def spent(self) -> float:
+        """US dollars the upstream calls cost."""
+        return self.counts["cost_spent_usd"]
+
+    @property
+    def saved(self) -> float:
+        """US dollars the clients' own requests would have cost more without the proxy."""
+        return self.counts["cost_without_usd"] - self.counts["cost_spent_usd"]
 
     @property
     def cached_share(self) -> float | None:
@@ -36,7 +46,7 @@ class Totals:
 
     @property
     def outcomes(self) -> dict[str, int]:
-        return {o: self.counts[f"outcome_{o}"] for o in OUTCOMES}
+        return {o: int(self.counts[f"outcome_{o}"]) for o in OUTCOMES}
 
 
 @dataclass

@@ -75,6 +75,7 @@ class Row:
     ignored: bool
     reasons: tuple[str, ...]  # why each badge is shown, or why the input is disabled
     error: str | None
+    stored: bool = False  # the edited layer stores a value (ignored ones too): it can be cleared
 
 
 def _reasons(name: str, f: Mapping[str, Any], bounds: tuple[Any, Any] | None) -> list[str]:
@@ -106,7 +107,8 @@ def rows(view: Mapping[str, Any], platform: PlatformConfig, layer: str | None,
             name, kind_of(name), shown(f["effective"]), shown(f["platform"]), shown(f["org"]),
             shown(f["user"]), value, f["locked"], f["clamped"], f["ignored"],
             tuple(_reasons(name, f, platform.bounds.get(name))),
-            error[1] if error is not None and error[0] == name else None))
+            error[1] if error is not None and error[0] == name else None,
+            bool(layer) and stored is not None))
     return out
 
 

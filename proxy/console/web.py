@@ -44,6 +44,10 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("proxy.console", "template
 _ENV.filters["num"] = lambda v: "—" if v is None else f"{int(v):,}"
 _ENV.filters["when"] = lambda t: datetime.fromtimestamp(float(t), UTC).strftime(
     "%Y-%m-%d %H:%M UTC")
+# US dollars: cents of a small bill matter, so four decimals under $100 (a negative saving keeps
+# its sign in front of the dollar sign).
+_ENV.filters["usd"] = lambda v: ("-" if v < 0 else "") + (
+    f"${abs(v):,.4f}" if abs(v) < 100 else f"${abs(v):,.2f}")
 _ENV.filters["pct"] = lambda v: "—" if v is None else f"{100 * v:.0f} %"
 
 

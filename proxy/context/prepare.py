@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from proxy.context import overhead
 from proxy.context.compaction import Compacted
 from proxy.context.flights import Flights
 from proxy.context.job import Job
@@ -130,6 +131,7 @@ class Preparer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, job: Job, p: Plan | None) -> None:
+        overhead.begin()  # its own clock: the task's time is not its request's overhead
         try:
             await self._prepare(job, p)
         except (SummaryFailed, TimeoutError, ValueError) as e:

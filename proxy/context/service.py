@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from proxy.auth import Principal
+from proxy.context import overhead
 from proxy.context.api_summarizer import ApiSummarizerFactory
 from proxy.context.compaction import Compacted, compact
 from proxy.context.flights import Flights
@@ -146,8 +147,9 @@ class ContextService:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
         p = await job.offload(self._plan, job, job.prior)
         await self.records.ensure(job.principal.org, job.key)
-        if p.mask.masked:
-            await self.records.add_spills(job.principal.org, job.key, p.mask.masked,
+        if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
+            await self.records.add_spills(job.principal.org, job.key,
+                                          [*p.mask.masked, *p.mask.inputs],
                                           job.policy.masking.spill_retention)
         if p.action == "summarize":
             report = await self._at_trigger(job, p, retried)
@@ -174,7 +176,8 @@ class ContextService:
         started = time.perf_counter()
         running = self.preparer.running(job.key)
         if running is not None:
-            await asyncio.wait([running], timeout=job.policy.compaction.summary_timeout_s)
+            with overhead.excluded():  # waiting for the summary call being prepared
+                await asyncio.wait([running], timeout=job.policy.compaction.summary_timeout_s)
             applied = await self._apply_prepared(job, p, retried)
             if applied is not None:
                 return replace(applied, summary_wait_ms=_ms_since(started))
@@ -261,7 +264,8 @@ class ContextService:
         phash = await job.bulk(prefix_hash, job.request.messages, p.covered)
         flight = (job.key, phash)
         if flight in self._inflight:  # another request of this conversation is making it
-            record = await asyncio.shield(self._inflight[flight])
+            with overhead.excluded():  # waiting for its summary call
+                record = await asyncio.shield(self._inflight[flight])
             return await self._shared(job, p, record, retried)
         future: asyncio.Future[CompactionRecord | None] = \
             asyncio.get_running_loop().create_future()
@@ -286,8 +290,9 @@ class ContextService:
             async with self.flights.holding(job.key, phash, claim.leased):
                 return await self._summarize(job, p, phash, retried)
         if record is None:
-            record = await self.flights.wait(job.key, phash, p.covered,
-                                             job.policy.compaction.summary_timeout_s)
+            with overhead.excluded():  # another process's summary call
+                record = await self.flights.wait(job.key, phash, p.covered,
+                                                 job.policy.compaction.summary_timeout_s)
             if record is None:
                 log.warning("compaction failed for a conversation of %s: another process was "
                             "making its summary and none was stored in time", job.principal.org)
@@ -313,9 +318,10 @@ class ContextService:
         try:
             assert p.compaction is not None
             riding = await job.offload(sent_before, p, job.scope)
-            done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
-                                 self._summarizer(job, summary_model), summary_scope,
-                                 job.offload, riding)
+            with overhead.excluded():  # the summary calls are the upstream's time
+                done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
+                                     self._summarizer(job, summary_model), summary_scope,
+                                     job.offload, riding)
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
         for answer in done.answers:  # paid for, whether the summary is used or not
@@ -362,6 +368,7 @@ class ContextService:
                                  report.tokens_before, report.tokens_after, report.outcome)
         if p.mask.masked:
             m.masked_results.labels(org).inc(len(p.mask.masked))
+        if p.mask.masked or p.mask.inputs:
             m.masked_tokens.labels(org).inc(p.mask.tokens_freed)
         # ``insufficient`` counts compactions: a summary made that could not get the list under
         # the trigger, not each later request that waits (no loops) with the same header.

@@ -9,7 +9,6 @@ A request whose history the upstream keeps (``Api.keeps_history``: a Responses r
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,12 +18,12 @@ from aiohttp import web
 from proxy.apis import ADAPTED, calls
 from proxy.apis.base import Api
 from proxy.auth import Principal
-from proxy.context import manual
+from proxy.context import manual, overhead
 from proxy.context.adapters import Adapted, AdapterError
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError, bad_request
-from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed
+from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed, own_time
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream.client import Upstream, current_key, forwarding_conversation_id
@@ -48,7 +47,6 @@ def _upstream(state: ProxyState, api: Api) -> Upstream:
 async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     """The handler of every API read through an adapter: authenticate, read, check, then
     relay unmanaged (a history the upstream keeps) or manage and forward."""
-    start = time.perf_counter()
     state = request.app[STATE]
     principal = await _principal(state, request, api)
     current_key.set(principal.upstream_key)
@@ -58,17 +56,17 @@ async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     if api.keeps_history(body):
         return await relay_as_is(HttpSink(request), state, api, principal, request.headers, raw,
                                  request.query_string)
-    job, report = await manage(state, api, principal, request.headers, raw, body, start)
+    job, report = await manage(state, api, principal, request.headers, raw, body)
     return await forward(request, state, job, report,
                          leg_for(state, api, request.headers, job, request.query_string))
 
 
 async def manage(state: ProxyState, api: Api, principal: Principal, headers: Mapping[str, str],
-                 raw: bytes, body: dict[str, Any], start: float) -> tuple[Job, ContextReport]:
+                 raw: bytes, body: dict[str, Any]) -> tuple[Job, ContextReport]:
     """The managed prologue after auth and ``api.check``: read ``body`` (``raw``, its bytes) with
     the API's adapter, prepare the job (conversation identity, manual compaction from
     ``headers``) and run the stages. Raises ``ApiError`` 400 for a tool sequence the API
-    refuses; books the proxy's overhead since ``start``."""
+    refuses."""
     try:
         assert api.read is not None
         adapted: Adapted = api.read(body)
@@ -85,7 +83,6 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
     hint = manual.ignored(headers.get(manual.HEADER), enabled)
     if hint:
         report = replace(report, notes={**report.notes, **hint})
-    state.metrics.overhead.labels(api.name).observe(time.perf_counter() - start)
     return job, report
 
 
@@ -125,7 +122,8 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
     upstream = _upstream(state, api)
     out_headers = forwarding_conversation_id(api.headers(headers, principal.upstream_key),
                                              headers, state.settings.forward_conversation_id)
-    note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
+    note = {HISTORY: "upstream", "X-Context-Compaction": "none",
+            overhead.HEADER: overhead.milliseconds(own_time(state, api.name))}
     try:
         resp = await upstream.open("POST", api.path, out_headers, raw, query, route=api.name)
     except ApiError as e:

@@ -8,7 +8,6 @@ nothing: the same body would only be refused again, so the refusal is relayed in
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from aiohttp import web
@@ -28,7 +27,6 @@ API = APIS["chat"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    start = time.perf_counter()
     state = request.app[STATE]
     principal = await state.auth.authenticate(request)
     current_key.set(principal.upstream_key)
@@ -41,7 +39,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     hint = manual.ignored(request.headers.get(manual.HEADER), state.settings.manual_compaction)
     if hint:
         report = replace(report, notes=hint)
-    state.metrics.overhead_chat.observe(time.perf_counter() - start)
     return await _forward(request, state, job, report)
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
+from proxy.context import overhead
 from proxy.context.job import Job
 from proxy.context.money import Money
 from proxy.context.report import ContextReport
@@ -112,9 +113,11 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
     """Send upstream, retry once on a context-length refusal that compaction could help with,
     relay into ``sink`` (``request``'s own response by default), record the usage.
     Unreachable or too slow, the error still says what the proxy did (the ``X-Context-*``
-    headers); an error answer is returned unsent."""
-    sent = time.perf_counter()
+    headers); an error answer is returned unsent. Every answer carries the proxy's own time
+    until the send (``X-Context-Overhead-Ms``), booked in ``context_proxy_overhead_seconds``."""
     body = job.request.outgoing(report)
+    report = mark_sent(state, leg.route, report)
+    sent = time.perf_counter()
     try:
         resp = await _open(leg, body)
     except ApiError as e:
@@ -141,6 +144,20 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
     finally:
         resp.release()
         _observe(leg, sent)
+
+
+def own_time(state: ProxyState, route: str) -> float:
+    """The upstream request is about to go: the proxy's own seconds so far, booked in
+    ``context_proxy_overhead_seconds``."""
+    own = overhead.current().sent(time.perf_counter())
+    state.metrics.overhead.labels(route).observe(own)
+    return own
+
+
+def mark_sent(state: ProxyState, route: str, report: ContextReport) -> ContextReport:
+    """``report`` whose headers also say the proxy's own time until the send (``own_time``)."""
+    ms = overhead.milliseconds(own_time(state, route))
+    return replace(report, notes={**report.notes, overhead.HEADER: ms})
 
 
 async def _open(leg: Leg, body: bytes) -> aiohttp.ClientResponse:

@@ -14,6 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from proxy.apis import APIS
+from proxy.context import overhead
 from proxy.errors import ApiError
 from proxy.state import STATE
 
@@ -90,11 +91,24 @@ def shaped(route: str, response: web.Response) -> web.Response:
     return api.shape(response) if api is not None else response
 
 
+def _timed(route: str, resp: web.StreamResponse, watch: overhead.Stopwatch
+           ) -> web.StreamResponse:
+    """``resp`` with the proxy's own time when it is a managed route's answer not yet sent and
+    without it (a refusal before any upstream call: all of its time is the proxy's)."""
+    if route in APIS and not resp.prepared and overhead.HEADER not in resp.headers:
+        sent = watch.before_send
+        own = sent if sent is not None else watch.own_since_arrival(time.perf_counter())
+        resp.headers[overhead.HEADER] = overhead.milliseconds(own)
+    return resp
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer ``ApiError`` and aiohttp's HTTP errors in OpenAI's shape; nothing leaks a
-    traceback."""
+    traceback. Starts the request's overhead stopwatch: every answer of a managed route carries
+    ``X-Context-Overhead-Ms``."""
     start = time.perf_counter()
+    watch = overhead.begin(start)
     status = 500
     state, route = request.app.get(STATE), route_label(request)
     in_flight = state.metrics.in_flight_for(route) if state is not None else None
@@ -103,10 +117,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         resp = await handler(request)
         status = resp.status
-        return resp
+        return _timed(route, resp, watch)
     except ApiError as e:
         status = e.status
-        return shaped(route, e.response())
+        return _timed(route, shaped(route, e.response()), watch)
     except web.HTTPException as e:
         status = e.status
         if e.status < 400:

@@ -33,6 +33,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from proxy.apis import APIS
 from proxy.auth import Principal
+from proxy.context import overhead
 from proxy.errors import ApiError, bad_request
 from proxy.http import ws_events as ev
 from proxy.http.access import ACCESS_LOGGER, emit
@@ -244,6 +245,7 @@ class Session:
 
     async def _create(self, body: dict[str, Any], start: float, request: int) -> None:
         current_key.set(self.principal.upstream_key)
+        overhead.begin(start)  # each response.create is a request of its own (its own task)
         status, headers = 500, {}  # type: tuple[int, Mapping[str, str]]
         try:
             status, headers = await self._respond(body, start, request)
@@ -279,8 +281,7 @@ class Session:
         if API.keeps_history(fields):
             out = await relay_as_is(sink, state, API, self.principal, self.headers, raw)
         else:
-            job, report = await manage(state, API, self.principal, self.headers, raw, fields,
-                                       start)
+            job, report = await manage(state, API, self.principal, self.headers, raw, fields)
             out = await forward(self.request, state, job, report,
                                 leg_for(state, API, self.headers, job), sink)
         if not sink.delivered:  # an error answer, not sent yet

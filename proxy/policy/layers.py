@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from proxy.policy.model import FIELDS, Policy, PolicyError, build_policy
+from proxy.policy.model import FIELDS, Policy, PolicyError, build_policy, did_you_mean
 from proxy.policy.platform import PlatformConfig
 from proxy.policy.rows import LayerKey, to_json
 
@@ -141,7 +141,8 @@ def check_write(platform: PlatformConfig, org: str, user: str | None,
         raise LayerWriteError(400, "The body sets no field.")
     for name in patch:
         if name not in FIELDS:
-            raise LayerWriteError(400, f"Unknown policy field '{name}'.", str(name),
+            raise LayerWriteError(400, f"Unknown policy field '{name}'"
+                                  f"{did_you_mean(str(name), FIELDS)}.", str(name),
                                   "unknown_field")
     if org in platform.orgs:
         raise LayerWriteError(409, f"Organization '{org}' is managed by YAML "

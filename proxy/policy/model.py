@@ -9,7 +9,8 @@ is loaded or written, so the request path only ever sees valid, frozen objects.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ class MaskingPolicy:
     exclude_tools: tuple[str, ...] = ()
     in_steps: bool = True
     min_free_ratio: float = 0.05
+    min_step_turns: float = 8.0  # a step must free this many turns of the session's growth
+    clear_tool_inputs: bool = True  # arguments of old calls larger than min_input_tokens
+    min_input_tokens: int = 1000
     spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
 
 
@@ -136,6 +140,12 @@ def _pos_float(key: str, v: Any) -> float:
 
 
 _UNITS = {"d": 1.0, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400}
+
+
+def _non_negative(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+        raise PolicyError(key, "must be a number, 0 or more")
+    return float(v)
 
 
 def _retention(key: str, v: Any) -> float:
@@ -249,6 +259,9 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
         FieldSpec("masking.in_steps", _D.masking.in_steps, _bool),
         FieldSpec("masking.min_free_ratio", _D.masking.min_free_ratio, _share, True),
+        FieldSpec("masking.min_step_turns", _D.masking.min_step_turns, _non_negative, True),
+        FieldSpec("masking.clear_tool_inputs", _D.masking.clear_tool_inputs, _bool),
+        FieldSpec("masking.min_input_tokens", _D.masking.min_input_tokens, _int_min(0), True),
         FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),
         FieldSpec("compaction.enabled", _D.compaction.enabled, _bool),
         FieldSpec("compaction.trigger_ratio", _D.compaction.trigger_ratio, _ratio, True),
@@ -275,42 +288,61 @@ FIELDS: dict[str, FieldSpec] = {
 }
 
 
-def validate_layer(flat: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``name``; "" when none
+    is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_field(key: str) -> str:
+    """The message for a policy field that does not exist, with the closest that does."""
+    return f"unknown policy field{did_you_mean(key, FIELDS)}"
+
+
+def validate_layer(flat: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
     """Check every field of one layer; return the normalized values.
 
-    Raises ``PolicyError`` naming the first unknown field or bad value (``where`` prefixes the
-    message, e.g. the YAML file's path).
+    Raises ``PolicyError`` naming the first unknown field (with the closest known one) or bad
+    value; ``where`` (e.g. the YAML file's path) is added to the message when given, for
+    callers that do not name it themselves.
     """
     out: dict[str, Any] = {}
     for key, value in flat.items():
         spec = FIELDS.get(key)
-        if spec is None:
-            raise PolicyError(key, f"unknown policy field in {where}")
         try:
+            if spec is None:
+                raise PolicyError(key, unknown_field(key))
             out[key] = spec.check(key, value)
         except PolicyError as e:
-            raise PolicyError(key, f"{e.message} (in {where})") from None
+            raise PolicyError(key, e.message + (f" (in {where})" if where else "")) from None
     return out
 
 
-def flatten(nested: Mapping[str, Any], where: str = "policy") -> dict[str, Any]:
+def _in(where: str | None) -> str:
+    return f" in {where}" if where else ""
+
+
+def flatten(nested: Mapping[str, Any], where: str | None = "policy") -> dict[str, Any]:
     """Turn ``{masking: {enabled: false}}`` into ``{"masking.enabled": False}`` (unvalidated).
 
     ``models`` stays a single field; section names must be mappings.
     """
     if not isinstance(nested, Mapping):
-        raise PolicyError("policy", f"expected a mapping in {where}, got {nested!r}")
+        raise PolicyError("policy", f"expected a mapping{_in(where)}, got {nested!r}")
     flat: dict[str, Any] = {}
     for section, value in nested.items():
         if section in ("models", "fallback_window"):
             flat[section] = value
         elif section in ("masking", "compaction", "rerank"):
             if not isinstance(value, Mapping):
-                raise PolicyError(section, f"expected a mapping in {where}, got {value!r}")
+                raise PolicyError(section, f"expected a mapping{_in(where)}, got {value!r}")
             for name, v in value.items():
                 flat[f"{section}.{name}"] = v
         else:
-            raise PolicyError(str(section), f"unknown policy section in {where}")
+            raise PolicyError(str(section), f"unknown policy section{_in(where)}"
+                              + did_you_mean(str(section), ("masking", "compaction", "rerank",
+                                                            "models", "fallback_window")))
     return flat
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from proxy.errors import ConfigError
-from proxy.policy.model import FIELDS, PolicyError, flatten, validate_layer
+from proxy.policy.model import FIELDS, PolicyError, did_you_mean, flatten, validate_layer
 
 DEFAULT_UPSTREAM_URL = "https://api.openai.com/v1"
 AUTH_MODES = ("proxy_keys", "passthrough")
@@ -58,7 +58,8 @@ def _mapping(value: Any, where: str, key: str) -> Mapping[str, Any]:
 
 def _layer(nested: Any, where: str, key: str) -> dict[str, Any]:
     try:
-        return validate_layer(flatten(_mapping(nested, where, key), where), where)
+        # The file is named once, here: the policy's own messages say only the key at fault.
+        return validate_layer(flatten(_mapping(nested, where, key), None))
     except PolicyError as e:
         raise ConfigError(f"{where}: '{key}.{e.key}': {e.message}") from None
 
@@ -108,7 +109,8 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
     doc = _mapping(doc, where, "(top level)")
     unknown = set(doc) - _PLATFORM_KEYS
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}'")
+        first = sorted(unknown)[0]
+        raise ConfigError(f"{where}: unknown key '{first}'{did_you_mean(first, _PLATFORM_KEYS)}")
     upstream = _mapping(doc.get("upstream"), where, "upstream")
     if set(upstream) - {"base_url", "api_key_env", "send_org_header", "forward_conversation_id"}:
         raise ConfigError(f"{where}: 'upstream': only 'base_url', 'api_key_env', "

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.policy.model import FIELDS, PolicyError, ProtectedRule
+from proxy.policy.model import FIELDS, PolicyError, ProtectedRule, unknown_field
 from proxy.store.base import Tx
 
 log = logging.getLogger("context_proxy.policy")
@@ -69,7 +69,7 @@ def parse_fields(raw: str, org: str, user: str) -> dict[str, Any]:
         spec = FIELDS.get(key)
         try:
             if spec is None:
-                raise PolicyError(key, "unknown policy field")
+                raise PolicyError(key, unknown_field(key))
             out[key] = spec.check(key, value)
         except PolicyError as e:
             log.warning("policy layer org=%r user=%r: stored field %r ignored: %s", org, user,

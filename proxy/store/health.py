@@ -21,6 +21,8 @@ log = logging.getLogger("context_proxy.store")
 
 PROBE_EVERY_S = 0.25  # while down, how often the database is asked whether it answers again
 PROBES = 4
+# Down again this soon after coming back: the same outage, not a new one worth two more lines.
+SAME_OUTAGE_S = 10.0
 
 
 def _consume(future: asyncio.Future[None]) -> None:
@@ -40,6 +42,7 @@ class StoreHealth:
         self._executor = ThreadPoolExecutor(thread_name_prefix="store-probe",
                                             max_workers=PROBES)
         self._listeners: list[Callable[[bool], None]] = []
+        self._back_at = float("-inf")
 
     def listen(self, fn: Callable[[bool], None]) -> None:
         """Call ``fn(up)`` on the loop's thread each time the store goes down or comes back."""
@@ -50,8 +53,9 @@ class StoreHealth:
         if self.up:
             self.up, self.down_since = False, time.monotonic()
             self.outages += 1
-            log.warning("the store is unreachable (%s): serving recently seen keys from "
-                        "memory, writes are queued until it answers again", why)
+            said = log.debug if time.monotonic() - self._back_at < SAME_OUTAGE_S else log.warning
+            said("the store is unreachable (%s): serving recently seen keys from memory, "
+                 "writes are queued until it answers again", why)
             self._notify(False)
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
@@ -60,8 +64,9 @@ class StoreHealth:
         if self.up:
             return
         took = time.monotonic() - (self.down_since or time.monotonic())
-        self.up, self.down_since = True, None
-        log.info("the store answers again after %.1f s; writing what was queued", took)
+        said = log.debug if time.monotonic() - self._back_at < SAME_OUTAGE_S else log.info
+        self.up, self.down_since, self._back_at = True, None, time.monotonic()
+        said("the store answers again after %.1f s; writing what was queued", took)
         self._notify(True)
 
     def _notify(self, up: bool) -> None:
@@ -87,8 +92,13 @@ class StoreHealth:
             if any(f.exception() is None for f in done):
                 self._recovered()
 
-    async def close(self) -> None:
+    async def close(self, *, wait: bool = False) -> None:
+        """Stop probing; with ``wait``, once no probe is still running in its thread (a
+        connection must not be closed under a probe that is using it)."""
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if wait:
+            await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        else:
+            self._executor.shutdown(wait=False, cancel_futures=True)

@@ -9,6 +9,7 @@ apply each one exactly once.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
 CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
 POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
+PROBE_POOL_WAIT_S = 0.5  # a probe's wait for a pooled connection before the pool is renewed
 # Once a connection has failed, how long to wait for another until one works again.
 FAILING_TIMEOUT_S = 0.25
 # A silent partition (packets dropped, no reset) is seen by the kernel in seconds: keepalive
@@ -181,13 +183,32 @@ class PostgresBackend:
         self.url = url
         with connect(url) as conn:
             migrate(conn)
-        self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
-            url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT_S, open=False,
-            name="context-proxy",
-            kwargs={"autocommit": True, "row_factory": _rows, **LINK_SETTINGS})
-        self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        self.pool_size = pool_size
+        self.pool = self._open_pool()
+        self._renewing = threading.Lock()
         self._failing = False  # a connection failed and none has worked since
         self.watchdog = Watchdog()
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+        pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            self.url, min_size=1, max_size=self.pool_size, timeout=POOL_TIMEOUT_S, open=False,
+            name="context-proxy",
+            kwargs={"autocommit": True, "row_factory": _rows, **LINK_SETTINGS})
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        return pool
+
+    def _renew_pool(self) -> None:
+        """A new pool in place of one that cannot hand out a working connection though the
+        server answers (after an outage its reconnect attempts back off for many seconds);
+        the old one is closed aside, its stalled connections with it."""
+        if not self._renewing.acquire(blocking=False):
+            return  # another probe is at it
+        try:
+            old, self.pool = self.pool, self._open_pool()
+        finally:
+            self._renewing.release()
+        threading.Thread(target=old.close, kwargs={"timeout": 1.0}, daemon=True,
+                         name="store-old-pool").start()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Row]]:
@@ -202,6 +223,12 @@ class PostgresBackend:
         connections may still be stuck on what a partition swallowed)."""
         with connect(self.url) as conn, self.watchdog.watch(conn, PROBE_LIMIT_S):
             conn.execute("SELECT 1")
+        try:  # and the pool can serve: else the first calls would find it down again
+            with self.pool.connection(timeout=PROBE_POOL_WAIT_S) as pooled, \
+                    self.watchdog.watch(pooled, PROBE_LIMIT_S):
+                pooled.execute("SELECT 1")
+        except psycopg.Error:
+            self._renew_pool()
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:

@@ -72,7 +72,7 @@ class Watchdog:
                     self._held.pop(id(conn), None)
             for conn in late:
                 self.cuts += 1
-                log.warning("a database connection had no answer in time: cut")
+                log.debug("a database connection had no answer in time: cut")
                 cut(conn)
 
     def stop(self) -> None:

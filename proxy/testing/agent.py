@@ -15,11 +15,14 @@ Contracts: the output depends only on the spec (and, for ``agent_turn``, on the 
 ``rng`` passed in), never on time or I/O; equal specs give equal messages. Every list that ends
 after a turn's results satisfies OpenAI's ordering rules (each call answered by exactly one
 ``tool`` message right after its assistant message). Call ids are ``call_<turn>_<tool>``, unique
-within a conversation. Every tool called is declared in ``TOOLS``. Returned messages are fresh
+within a conversation. Every tool called is declared in ``TOOLS`` (``write_file``: in
+``CODING_TOOLS``). Returned messages are fresh
 dicts: callers may mutate them.
 
 Turn kinds, checked in this order: a ``write_todos`` plan rewrite when ``plan_every`` divides
-``turn - plan_phase`` (answered ``"plan updated"``); two parallel calls, ``grep`` and
+``turn - plan_phase`` (answered ``"plan updated"``); a ``write_file`` call whose arguments carry
+a whole file of ``write_tokens`` (drawn) when ``write_every`` divides ``turn`` (answered
+``"wrote <path>"``; declared in ``CODING_TOOLS``, not ``TOOLS``); two parallel calls, ``grep`` and
 ``read_file``, when ``parallel_every`` divides ``turn`` (each output half the drawn size);
 otherwise ``run_tests`` when ``tests_every`` divides ``turn``, else ``read_file``. A period of 0
 disables its kind. With the default words, a tool output drawn at ``n`` >= 100 tokens has
@@ -55,6 +58,11 @@ TOOLS: list[dict[str, Any]] = [
     for name, desc in [("read_file", "Read a file"), ("run_tests", "Run the test suite"),
                        ("grep", "Search the code"), ("write_todos", "Replace the plan")]]
 """The schemas of every tool ``agent_turn`` calls; each takes one string argument, ``arg``."""
+CODING_TOOLS: list[dict[str, Any]] = [*TOOLS, {"type": "function", "function": {
+    "name": "write_file", "description": "Write a whole file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"},
+                                                    "content": {"type": "string"}}}}}]
+"""``TOOLS`` and ``write_file``, for sessions with ``write_every`` set."""
 RESPONSES_TOOLS: list[dict[str, Any]] = [
     {"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
      "parameters": t["function"]["parameters"]} for t in TOOLS]
@@ -77,6 +85,8 @@ class AgentSpec:
     plan_phase: int = 1
     parallel_every: int = 7  # grep + read_file when turn % parallel_every == 0; 0: never
     tests_every: int = 3  # run_tests when turn % tests_every == 0, else read_file; 0: never
+    write_every: int = 0  # write_file when turn % write_every == 0; 0: never
+    write_tokens: tuple[int, int] = (2000, 8000)  # a written file's size, drawn per write
     facts: tuple[tuple[int, str], ...] = ()  # (turn, text) buried in that turn's first output
     system: str = SYSTEM
     task: str = TASK
@@ -91,8 +101,9 @@ class AgentSpec:
         if not 0 <= low <= high or not 0 <= self.thought_words[0] <= self.thought_words[1]:
             raise ValueError("output_tokens and thought_words must be (low, high), "
                              "0 <= low <= high")
-        if min(self.plan_every, self.parallel_every, self.tests_every) < 0:
-            raise ValueError("plan_every, parallel_every and tests_every must be >= 0")
+        if min(self.plan_every, self.parallel_every, self.tests_every, self.write_every) < 0:
+            raise ValueError("plan_every, parallel_every, tests_every and write_every must be "
+                             ">= 0")
         if not self.words:
             raise ValueError("words must not be empty")
 
@@ -147,6 +158,12 @@ def agent_turn(spec: AgentSpec, turn: int, rng: random.Random
     if _every(spec.plan_every, turn - spec.plan_phase):
         calls = [tool_call(turn, "write_todos", _plan(spec, turn))]
         outputs = ["plan updated"]
+    elif _every(spec.write_every, turn):
+        path = f"src/new_{turn}.py"
+        text = tool_output(rng, rng.randint(*spec.write_tokens), turn, spec.words)
+        calls = [{"id": f"call_{turn}_write_file", "type": "function", "function": {
+            "name": "write_file", "arguments": json.dumps({"path": path, "content": text})}}]
+        outputs = [f"wrote {path}"]
     elif _every(spec.parallel_every, turn):
         calls = [tool_call(turn, "grep", spec.grep_pattern),
                  tool_call(turn, "read_file", f"src/m{turn}.py")]

@@ -6,19 +6,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import openai
+import pytest
 
 from proxy.cli import demo
 from proxy.context.tokens import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = 20  # the first compaction of the demo session comes at turn 20
+TURNS = 26  # the first compaction of the demo session comes at turn 20, then it is reused
 
 
 def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
@@ -41,6 +43,9 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
         assert row[5] in ("none", "reused", "auto", "insufficient"), row
     assert rows[0][3] == rows[0][2] and rows[0][4:6] == ["0", "none"]  # nothing to do yet
     assert [r[5] for r in rows].count("auto") >= 1
+    # The masked column counts the placeholders of the list sent, on reused turns too (where
+    # X-Context-Masked counts only what that request newly masked).
+    assert any(r[5] == "reused" and int(r[4]) > 0 for r in rows), rows
     assert int(rows[-1][3].replace(",", "")) <= demo.WINDOW
     assert (f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
             "upstream at the last turn: yes") in text
@@ -59,6 +64,20 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     divider = next(r for r in rows if r[5] == "auto")[6]
     assert shown["x-context-divider-id"].startswith(divider)
     assert shown["x-conversation-id"] == demo.CONVERSATION
+    assert int(shown["x-context-cost-spent"]) > 0 and "x-context-cost-saved" in shown
+    money = re.search(r"spent upstream \$([0-9.]+); the client's own requests would have cost "
+                      r"\$([0-9.]+) without the proxy; saved (-?)\$([0-9.]+)", text)
+    assert money is not None, text
+    spent, without, sign, saved = money.groups()
+    assert float(spent) > 0 and float(without) > 0
+    assert float(f"{sign}{saved}") == pytest.approx(float(without) - float(spent), abs=2e-4)
+
+
+def test_masked_counts_the_placeholders_sent() -> None:
+    sent = [{"role": "tool", "content": "[tool output cleared: 1,200 tokens from run; spill ab]"},
+            {"role": "tool", "content": "kept"}, {"role": "user", "content": "[tool output "
+                                                   "cleared: a user's words]"}]
+    assert demo.masked_in(sent) == 1
 
 
 def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:

@@ -192,3 +192,55 @@ def test_keyboard_only_edit_of_a_user_layer_on_a_narrow_window(page: Page,
     expect(page.locator(".notice")).to_contain_text("Saved")
     got = console.view("acme", "alice")["masking.keep_recent"]
     assert (got["effective"], got["user"], got["org"]) == (3, 3, None)
+
+
+OVERLAPS = """() => {
+  const out = [];
+  const inside = (a, b) => a.left >= b.left - 1 && a.right <= b.right + 1
+      && a.top >= b.top - 1 && a.bottom <= b.bottom + 1;
+  for (const tr of document.querySelectorAll("table.fields tbody tr")) {
+    const cells = [...tr.children].map(c => [c, c.getBoundingClientRect()]);
+    cells.forEach(([c, r], i) => {
+      for (const [d, s] of cells.slice(i + 1)) {
+        const w = Math.min(r.right, s.right) - Math.max(r.left, s.left);
+        const h = Math.min(r.bottom, s.bottom) - Math.max(r.top, s.top);
+        if (w > 1 && h > 1) out.push(`${tr.id}: cell ${i} overlaps ${d.textContent.trim()}`);
+      }
+      for (const e of c.querySelectorAll("*")) {
+        const q = e.getBoundingClientRect();
+        if (q.width && q.height && getComputedStyle(e).position !== "absolute" && !inside(q, r))
+          out.push(`${tr.id}: a ${e.tagName} of cell ${i} spills out of it`);
+      }
+    });
+  }
+  return out;
+}"""
+
+
+def test_policy_page_at_420_px_and_the_clear_of_one_field(page: Page, console: Console) -> None:
+    from proxy.policy.rows import write_layer
+
+    # One value the layer stores under a platform lock (ignored), two it stores in force.
+    console.h.state.store.atomic(write_layer, "acme", None, {
+        "masking.in_steps": False, TRIGGER: 0.7, "masking.keep_recent": 5})
+    sign_in(page, console)
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.goto(console.ui + "orgs/acme/policy")
+    expect(page.locator("#row-masking-in_steps .badge.ignored")).to_be_visible()
+    assert page.evaluate(OVERLAPS) == []
+    widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], widths
+
+    # The row's Clear removes that one stored value (the ignored one too); the rest stay.
+    submit(page, page.locator("#f-masking-in_steps-clear").click)
+    expect(page.locator(".notice")).to_contain_text("the layer's other values stay")
+    view = console.view("acme")
+    assert view["masking.in_steps"]["org"] is None and not view["masking.in_steps"]["ignored"]
+    assert (view[TRIGGER]["org"], view["masking.keep_recent"]["org"]) == (0.7, 5)
+    expect(page.locator("#f-masking-in_steps-clear")).to_have_count(0)  # nothing stored there
+    # Enter in an input still saves (the form's default button), never a row's Clear.
+    field(page, "masking.keep_recent").fill("4")
+    submit(page, lambda: field(page, "masking.keep_recent").press("Enter"))
+    expect(page.locator(".notice")).to_contain_text("Saved")
+    after = console.view("acme")
+    assert (after[TRIGGER]["org"], after["masking.keep_recent"]["org"]) == (0.7, 4)

@@ -131,3 +131,27 @@ def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError):
         AgentSpec(words=())
     assert hash(agent.DEMO) == hash(dataclasses.replace(agent.DEMO))  # frozen and hashable
+
+
+def test_coding_sessions_write_whole_files_in_their_arguments() -> None:
+    counter = TokenCounter()
+    spec = AgentSpec(seed=4, write_every=4, write_tokens=(2000, 3000))
+    declared = {t["function"]["name"] for t in agent.CODING_TOOLS}
+    messages = agent.opening_messages(spec)
+    for turn, (assistant, results) in enumerate(agent.turns(spec, 12), start=1):
+        call = assistant["tool_calls"][0]
+        assert {c["function"]["name"] for c in assistant["tool_calls"]} <= declared
+        if turn in (4, 8, 12):
+            args = json.loads(call["function"]["arguments"])
+            assert call["function"]["name"] == "write_file"
+            assert args["path"] == f"src/new_{turn}.py"
+            assert 2000 <= counter.text_tokens(args["content"], MODEL) <= 1.35 * 3000 + 20
+            assert results[0]["content"] == f"wrote src/new_{turn}.py"
+        else:
+            assert call["function"]["name"] != "write_file"
+        messages += [assistant, *results]
+    assert ordering_problems(messages) == []
+    assert "write_file" not in {t["function"]["name"] for t in agent.TOOLS}
+    # no writes asked: the rng draws as before, so other sessions are unchanged
+    assert agent.conversation(AgentSpec(seed=4), 12) == agent.conversation(
+        dataclasses.replace(spec, write_every=0), 12)

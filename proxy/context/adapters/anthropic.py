@@ -11,12 +11,15 @@
   one ``system`` (or ``developer``) message for the stages, which keep it verbatim in place and
   never mask or summarize it; whether the upstream accepts it is the upstream's call.
 - Going back, a message whose parts all stayed is the client's object itself; a masked result
-  keeps its block (``cache_control``, ``is_error``) with only ``content`` replaced; the summary
-  is a user message (the API has no system role among messages).
+  keeps its block (``cache_control``, ``is_error``) with only ``content`` replaced; a call whose
+  arguments masking cleared keeps its ``tool_use`` block with only ``input`` replaced (the
+  cleared arguments' JSON object); the summary is a user message (the API has no system role
+  among messages).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +30,9 @@ from proxy.context.adapters import (
     content_text,
     function_tools,
 )
+from proxy.context.adapters.cleared import is_cleared
 
-Part = int | str  # a tool_result's block index, "all" (the whole message) or "rest"
+Part = int | str  # a tool_result's block index, "all" (the whole message), "rest" or "calls"
 Origin = tuple[int, Part]
 SYSTEM = -1
 
@@ -46,6 +50,7 @@ class _Reader:
         self.messages: list[dict[str, Any]] = []
         self.origins: dict[int, Origin] = {}
         self.results: dict[str, Origin] = {}
+        self.calls: dict[str, Origin] = {}  # tool_use id -> (message index, block index)
         self.pending: dict[str, str] = {}  # tool_use ids awaiting their result -> where made
 
     def add(self, message: dict[str, Any], origin: Origin) -> None:
@@ -91,6 +96,7 @@ class _Reader:
                 calls.append({"id": b["id"], "type": "function", "function": {
                     "name": b["name"], "arguments": arguments_text(b.get("input", {}), where)}})
                 self.pending[b["id"]] = f"messages.{i}"
+                self.calls[b["id"]] = (i, j)
         message: dict[str, Any] = {"role": "assistant", "content": _text(content) or None}
         if calls:
             message["tool_calls"] = calls
@@ -147,6 +153,8 @@ def read(body: dict[str, Any]) -> Adapted:
             elif m.get("role") == "tool" and m.get("tool_call_id") in r.results:
                 i, j = r.results[m["tool_call_id"]]
                 got.append((i, j, m.get("content")))
+            elif (cleared := _cleared_inputs(m, r.calls)) is not None:
+                got.append(cleared)
             else:
                 role = "assistant" if m.get("role") == "assistant" else "user"
                 got.append({"role": role, "content": str(m.get("content") or "")})
@@ -193,7 +201,23 @@ def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:
     return out
 
 
+def _cleared_inputs(m: dict[str, Any], calls: dict[str, Origin]) -> Any:
+    """An assistant message masking copied to clear call arguments, as the piece (message
+    index, "calls", {block index: new input}); None for any other message."""
+    found = [c for c in m.get("tool_calls") or [] if c.get("id") in calls] \
+        if m.get("role") == "assistant" else []
+    if not found:
+        return None
+    inputs = {calls[c["id"]][1]: json.loads(c["function"]["arguments"]) for c in found
+              if is_cleared(c["function"]["arguments"])}
+    return (calls[found[0]["id"]][0], "calls", inputs)
+
+
 def _rebuild(original: dict[str, Any], parts: dict[Part, Any]) -> dict[str, Any]:
+    if "calls" in parts:
+        inputs = parts["calls"]
+        return {**original, "content": [{**b, "input": inputs[j]} if j in inputs else b
+                                         for j, b in enumerate(original["content"])]}
     if "all" in parts:
         return original
     blocks, changed = [], False

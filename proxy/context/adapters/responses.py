@@ -15,8 +15,10 @@
   opaque, and ends the turn it follows: a ``developer`` message for the stages, kept verbatim in
   place and never masked or summarized.
 - Going back, kept items come back as the client's own objects in their original order; a
-  masked output keeps its item with only ``output`` replaced; the summary is a user ``message``
-  item.
+  masked output keeps its item with only ``output`` replaced; a call whose arguments masking
+  cleared keeps its item with only ``arguments`` replaced (the cleared arguments' JSON object
+  text), or for a custom tool call only ``input`` (the placeholder text itself: its input is
+  free text); the summary is a user ``message`` item.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from proxy.context.adapters import (
     content_text,
     function_tools,
 )
+from proxy.context.adapters.cleared import cleared_text, is_cleared
 
 SYSTEM: tuple[int, ...] = ()
 ROLES = ("user", "assistant", "system", "developer")
@@ -65,6 +68,7 @@ class _Reader:
         self.messages: list[dict[str, Any]] = []
         self.origins: dict[int, tuple[int, ...]] = {}  # id(message) -> its item indices
         self.outputs: dict[str, int] = {}  # call_id -> its output item
+        self.calls: dict[str, tuple[int, dict[str, Any]]] = {}  # call_id -> (item, its turn)
         self.pending: set[str] = set()
         self.turn: _Turn | None = None
 
@@ -142,6 +146,7 @@ class _Reader:
             "name": item["name"], "arguments": arguments_text(item.get(key), f"input[{k}]")}}
         turn.message.setdefault("tool_calls", []).append(call)
         self.pending.add(item["call_id"])
+        self.calls[item["call_id"]] = (k, turn.message)
 
     def _output(self, k: int, item: dict[str, Any]) -> None:
         cid = item.get("call_id")
@@ -154,6 +159,31 @@ class _Reader:
         self.add({"role": "tool", "tool_call_id": cid, "content": _text(item.get("output"))},
                  (k,))
         self.outputs[cid] = k
+
+
+def _turn_of(m: dict[str, Any], calls: dict[str, tuple[int, dict[str, Any]]]
+             ) -> dict[str, Any] | None:
+    """The turn an assistant message masking copied (to clear call arguments) stands for."""
+    if m.get("role") != "assistant":
+        return None
+    for c in m.get("tool_calls") or []:
+        if c.get("id") in calls:
+            return calls[c["id"]][1]
+    return None
+
+
+def _cleared_items(m: dict[str, Any], items: list[Any],
+                   calls: dict[str, tuple[int, dict[str, Any]]],
+                   origin: tuple[int, ...]) -> list[tuple[int, Any]]:
+    """The items of a turn, the calls whose arguments masking cleared replaced."""
+    new: dict[int, Any] = {}
+    for c in m.get("tool_calls") or []:
+        args = c["function"]["arguments"]
+        if c.get("id") in calls and is_cleared(args):
+            k = calls[c["id"]][0]
+            key = CALLS[items[k]["type"]]
+            new[k] = {**items[k], key: args if key == "arguments" else cleared_text(args)}
+    return [(k, new.get(k, items[k])) for k in origin]
 
 
 def read(body: dict[str, Any]) -> Adapted:
@@ -178,6 +208,8 @@ def read(body: dict[str, Any]) -> Adapted:
             elif m.get("role") == "tool" and m.get("tool_call_id") in r.outputs:
                 k = r.outputs[m["tool_call_id"]]
                 run.append((k, {**items[k], "output": m.get("content")}))
+            elif (turn := _turn_of(m, r.calls)) is not None:
+                run += _cleared_items(m, items, r.calls, r.origins[id(turn)])
             else:
                 got += [item for _, item in sorted(run, key=lambda p: p[0])]
                 run = []

@@ -30,10 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
+from proxy.context.stages.inputs import Site, call_sites, clear_calls
 from proxy.context.stages.messages import (
     as_dicts,
     is_protected,
@@ -42,7 +44,7 @@ from proxy.context.stages.messages import (
     tool_names_by_call_id,
 )
 from proxy.context.stages.scope import Scope
-from proxy.policy.model import Policy
+from proxy.policy.model import MaskingPolicy, Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "
 SHORT_ID = 16  # hex digits of the spill id a placeholder shows: 64 bits, unique in a conversation
@@ -77,6 +79,8 @@ class MaskResult:
     ``triggered``: masking is in force for this request. ``first_change``: the index of the first
     message masked now that was sent verbatim at the previous request point (``None``: this
     request masks nothing new, so what it shares with the previous one is unchanged).
+    ``inputs``: the call arguments cleared (``masking.clear_tool_inputs``), each a spill whose
+    ``index`` is its assistant message's and whose ``content`` is the arguments text.
     """
 
     messages: list[dict[str, Any]]
@@ -87,6 +91,7 @@ class MaskResult:
     message_tokens: list[int]
     triggered: bool
     first_change: int | None = None
+    inputs: list[Spill] = field(default_factory=list)
 
 
 def spill_id(content: Any) -> str:
@@ -131,6 +136,11 @@ class _Result:
     index: int
     name: str
     saving: int  # tokens masking it frees (0: never masked)
+    site: Site | None = None  # its call, when the call's arguments are cleared with it
+
+    @property
+    def frees(self) -> int:
+        return self.saving + (self.site.saving if self.site else 0)
 
 
 def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
@@ -139,6 +149,7 @@ def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
     policy = scope.policy
     names = tool_names_by_call_id(messages)
     never = set(policy.masking.exclude_tools) | set(policy.compaction.pinned_tools)
+    sites = call_sites(messages, scope, never)
     out: list[_Result] = []
     for i, msg in enumerate(messages):
         if not is_result(msg):
@@ -149,7 +160,8 @@ def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
         if content and not is_placeholder(content) and name not in never and \
                 not is_protected(msg, policy.compaction.protected, name):
             saving = max(0, pairs[i][1] - _placeholder_tokens(scope, name, pairs[i][1]))
-        out.append(_Result(i, name, saving))
+        cid = msg.get("tool_call_id")
+        out.append(_Result(i, name, saving, sites.get(cid) if isinstance(cid, str) else None))
     return out
 
 
@@ -160,11 +172,11 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
     mp, window = scope.policy.masking, scope.window or 0
     trigger = trigger_tokens(scope.policy, window)
     prefix = [0, *accumulate(tokens)]
-    saved = [0, *accumulate(r.saving for r in results)]
+    saved = [0, *accumulate(r.frees for r in results)]
     points = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     points.append(len(messages))
     boundary, previous, seen = 0, 0, 0
-    for p in points:
+    for n, p in enumerate(points):
         while seen < len(results) and results[seen].index < p:
             seen += 1
         previous = boundary
@@ -172,9 +184,20 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
         if not mp.in_steps:  # the boundary moves with every request over the trigger
             boundary = target if prefix[p] + overhead > trigger else 0
         elif prefix[p] - saved[boundary] + overhead > trigger and target > boundary and \
-                saved[target] - saved[boundary] >= mp.min_free_ratio * window:
+                saved[target] - saved[boundary] >= _step_floor(mp, window, prefix, points, n):
             boundary = target
     return previous, boundary
+
+
+def _step_floor(mp: MaskingPolicy, window: int, prefix: Sequence[int], points: Sequence[int],
+                n: int) -> float:
+    """What a step at request point ``n`` must free: ``min_free_ratio`` × window, and
+    ``min_step_turns`` turns of the session's growth (its tokens per request point since the
+    first, from the list itself, so every replica agrees). A step rewrites the cached prefix
+    after its first change; room that lasts only a turn or two costs more than it saves, so
+    masking waits and compaction does the work (the figures: docs/headers.md)."""
+    growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+    return max(mp.min_free_ratio * window, mp.min_step_turns * growth)
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
@@ -196,7 +219,7 @@ def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
     previous, boundary = _boundaries(messages, scope, tokens, results, overhead)
     new_tokens = list(tokens)
     spills: list[Spill] = []
-    first_change: int | None = None
+    changes: list[int] = []  # indices changed now that the previous request point sent as-is
     for k, r in enumerate(results[:boundary]):
         if not r.saving:
             continue
@@ -210,9 +233,34 @@ def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
         out[r.index] = {**msg, "content": text}
         # Only the content changes, so the message's other tokens carry over unchanged.
         new_tokens[r.index] = tokens[r.index] - ct + counter.text_tokens(text, model)
-        if k >= previous and first_change is None:
-            first_change = r.index
+        if k >= previous:
+            changes.append(r.index)
+    inputs = _clear_inputs(messages, scope, results[:boundary], out, new_tokens)
+    changes += [s.index for k, s in inputs if k >= previous]
     after = sum(new_tokens) + overhead
     return MaskResult(out, spills, before - after, before, after, new_tokens,
                       triggered=boundary > 0 or after > trigger_tokens(policy, window),
-                      first_change=first_change)
+                      first_change=min(changes, default=None),
+                      inputs=[s for _, s in inputs])
+
+
+def _clear_inputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
+                  results: Sequence[_Result], out: list[dict[str, Any]],
+                  new_tokens: list[int]) -> list[tuple[int, Spill]]:
+    """Clear the arguments of the calls of ``results`` that have a site, in ``out`` (their
+    assistant messages copied) and ``new_tokens``; (result number, spill) of each."""
+    by_message: dict[int, dict[int, str]] = {}
+    found: list[tuple[int, Spill]] = []
+    for k, r in enumerate(results):
+        if r.site is None:
+            continue
+        call = messages[r.site.index]["tool_calls"][r.site.position]
+        args = call["function"]["arguments"]
+        sid = spill_id(args)
+        text = cleared_arguments(input_placeholder(r.name, r.site.tokens, sid, SHORT_ID))
+        by_message.setdefault(r.site.index, {})[r.site.position] = text
+        found.append((k, Spill(sid, r.name, call["id"], args, r.site.tokens, r.site.index)))
+    for i, cleared in by_message.items():
+        out[i] = clear_calls(out[i], cleared)
+        new_tokens[i] = scope.counter.message_tokens(out[i], scope.model)
+    return found

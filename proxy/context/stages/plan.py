@@ -84,7 +84,7 @@ class Plan:
     @property
     def changed(self) -> bool:
         """Whether the outgoing list differs from the client's."""
-        return self.view.prior is not None or bool(self.mask.masked)
+        return self.view.prior is not None or bool(self.mask.masked or self.mask.inputs)
 
 
 def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None, policy: Policy,

@@ -41,6 +41,9 @@ def results(msgs: list[dict[str, Any]]) -> list[int]:
     return [i for i, m in enumerate(msgs) if m["role"] == "tool"]
 
 
+# The steps of the SPEC's worked examples: these tests are about what a step clears and how, not
+# when it pays for itself (masking.min_step_turns, test_mask_steps.py and bench/session_matrix.py).
+SEED_STEPS = replace(Policy(), masking=MaskingPolicy(min_step_turns=0))
 MOVING = replace(Policy(), masking=MaskingPolicy(in_steps=False))  # the boundary moves each turn
 
 
@@ -59,7 +62,7 @@ def test_masks_all_but_the_newest_keep_recent() -> None:
 def test_placeholder_names_tool_tokens_and_spill() -> None:
     msgs = session(n=6, size=12_431)
     counter = TokenCounter()
-    res = mask_tool_outputs(msgs, Scope(Policy(), 100_000, counter, MODEL))
+    res = mask_tool_outputs(msgs, Scope(SEED_STEPS, 100_000, counter, MODEL))
     spill = res.masked[0]
     original = msgs[spill.index]["content"]
     assert spill.id == hashlib.sha256(original.encode()).hexdigest()
@@ -76,14 +79,14 @@ def test_same_output_gets_the_same_spill_id() -> None:
     msgs = [system(), user()]
     for _ in range(8):
         msgs += tool_turn("cat", words(300, 42))
-    res = mask_tool_outputs(msgs, Scope(Policy(), 3_000, TokenCounter(), MODEL))
+    res = mask_tool_outputs(msgs, Scope(SEED_STEPS, 3_000, TokenCounter(), MODEL))
     assert len({s.id for s in res.masked}) == 1 and len(res.masked) == 3
 
 
 def test_structure_is_untouched_and_input_not_mutated() -> None:
     msgs = session()
     frozen = copy.deepcopy(msgs)
-    res = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
+    res = mask_tool_outputs(msgs, Scope(SEED_STEPS, WINDOW, TokenCounter(), MODEL))
     assert msgs == frozen
     assert len(res.messages) == len(msgs)
     for before, after in zip(msgs, res.messages, strict=True):
@@ -99,10 +102,10 @@ def test_trigger_and_switches() -> None:
     counter = TokenCounter()
     total = counter.count_messages(msgs, MODEL)
     below = int(total / 0.55) + 10  # the transcript is just under 55% of this window
-    assert not mask_tool_outputs(msgs, Scope(Policy(), below, counter, MODEL)).triggered
-    assert mask_tool_outputs(msgs, Scope(Policy(), below - 30, counter, MODEL)).triggered
-    assert not mask_tool_outputs(msgs, Scope(Policy(), None, counter, MODEL)).triggered
-    off = Policy(masking=MaskingPolicy(enabled=False))
+    assert not mask_tool_outputs(msgs, Scope(SEED_STEPS, below, counter, MODEL)).triggered
+    assert mask_tool_outputs(msgs, Scope(SEED_STEPS, below - 30, counter, MODEL)).triggered
+    assert not mask_tool_outputs(msgs, Scope(SEED_STEPS, None, counter, MODEL)).triggered
+    off = Policy(masking=MaskingPolicy(min_step_turns=0, enabled=False))
     res = mask_tool_outputs(msgs, Scope(off, WINDOW, counter, MODEL))
     assert not res.triggered and res.messages == msgs and not res.masked
 
@@ -123,15 +126,16 @@ def test_worked_example_trigger_on_200k_window() -> None:
     res = mask_tool_outputs(padded(110_001), Scope(MOVING, 200_000, counter, MODEL))
     assert res.triggered and len(res.masked) == 3
     # In steps, a step that frees less than min_free_ratio x window (here 6,000 < 10,000) waits.
-    waiting = mask_tool_outputs(padded(110_001), Scope(Policy(), 200_000, counter, MODEL))
+    waiting = mask_tool_outputs(padded(110_001), Scope(SEED_STEPS, 200_000, counter, MODEL))
     assert waiting.masked == []
-    eager = replace(Policy(), masking=MaskingPolicy(min_free_ratio=0.0))
+    eager = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, min_free_ratio=0.0))
     assert len(mask_tool_outputs(padded(110_001),
                                  Scope(eager, 200_000, counter, MODEL)).masked) == 3
 
 
 def test_excluded_pinned_and_protected_are_never_masked() -> None:
-    policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1, exclude_tools=("search",)))
+    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=1,
+                                                     exclude_tools=("search",)))
     policy = replace(policy, compaction=replace(policy.compaction, protected=(
         ProtectedRule(marker="<memory>"), ProtectedRule(name="notes"),
         ProtectedRule(name="recall"))))
@@ -164,7 +168,7 @@ def test_short_outputs_and_placeholders_stay() -> None:
     msgs += tool_turn("ls", "a.py b.py")
     msgs += tool_turn("cat", placeholder("cat", 9_999, "ab" * 32))
     msgs += tool_turn("cat", "")
-    policy = replace(Policy(), masking=MaskingPolicy(keep_recent=0))
+    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=0))
     res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.triggered and res.masked == [] and res.messages == msgs
 
@@ -173,7 +177,7 @@ def test_content_parts_are_masked_and_spilled_whole() -> None:
     parts = [{"type": "text", "text": words(600)}, {"type": "text", "text": words(600, 3)}]
     msgs = [system(), user(), *tool_turn("browse", "x"), *tool_turn("ls", "y")]
     msgs[3]["content"] = parts
-    policy = replace(Policy(), masking=MaskingPolicy(keep_recent=1))
+    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=1))
     res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.masked[0].content == parts
     canonical = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -182,9 +186,9 @@ def test_content_parts_are_masked_and_spilled_whole() -> None:
 
 def test_deterministic_bytes_across_counters() -> None:
     msgs = session(n=12)
-    a = mask_tool_outputs(msgs, Scope(Policy(), WINDOW, TokenCounter(), MODEL))
+    a = mask_tool_outputs(msgs, Scope(SEED_STEPS, WINDOW, TokenCounter(), MODEL))
     b = mask_tool_outputs(json.loads(json.dumps(msgs)),
-                                                Scope(Policy(), WINDOW, TokenCounter(), MODEL))
+                                                Scope(SEED_STEPS, WINDOW, TokenCounter(), MODEL))
     assert json.dumps(a.messages) == json.dumps(b.messages)
 
 
@@ -194,5 +198,5 @@ def test_tools_schemas_count_toward_the_trigger() -> None:
     total = counter.count_messages(msgs, MODEL)
     window = int(total / 0.55) + 10
     schema = [{"type": "function", "function": {"name": "f", "description": words(200)}}]
-    assert not mask_tool_outputs(msgs, Scope(Policy(), window, counter, MODEL)).triggered
-    assert mask_tool_outputs(msgs, Scope(Policy(), window, counter, MODEL, schema)).triggered
+    assert not mask_tool_outputs(msgs, Scope(SEED_STEPS, window, counter, MODEL)).triggered
+    assert mask_tool_outputs(msgs, Scope(SEED_STEPS, window, counter, MODEL, schema)).triggered

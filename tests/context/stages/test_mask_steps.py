@@ -156,3 +156,19 @@ def test_sent_before_is_what_the_previous_request_sent() -> None:
         else:
             assert riding is p.mask.messages
     assert stepped >= 2
+
+
+def test_a_step_waits_unless_it_frees_several_turns_of_growth() -> None:
+    """32k, 1-4k-token outputs: the newest 5 results fill most of the trigger budget, so a
+    step would buy a turn or two. By default (min_step_turns 8) masking waits; with the rule
+    off the seed's steps come nearly every turn (bench/session_matrix.py: 1.31x against 0.75x)."""
+    spec = agent.AgentSpec(seed=11, output_tokens=(1000, 4000), thought_words=(10, 40))
+    counter = TokenCounter()
+    stepped = {True: 0, False: 0}
+    for default in (True, False):
+        policy = Policy() if default else replace(Policy(), masking=MaskingPolicy(min_step_turns=0))
+        for turns in range(4, 12):
+            res = mask_tool_outputs(agent.conversation(spec, turns),
+                                    Scope(policy, 32_000, counter, "gpt-4o", tools=agent.TOOLS))
+            stepped[default] += bool(res.masked)
+    assert stepped[True] == 0 < stepped[False]

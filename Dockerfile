@@ -1,5 +1,6 @@
 # The context-proxy image. Build from the repository root:
-#   docker build -f deploy/Dockerfile -t context-proxy .
+#   docker build -t context-proxy .
+# The rest of the operator kit (compose, Prometheus, alerts, dashboard) is in deploy/.
 # Pinned: the base image by its exact tag, every Python dependency by deploy/requirements.txt.
 FROM python:3.11.7-slim-bookworm
 

@@ -1,0 +1,284 @@
+"""The session-cost matrix of ``bench/session_cost.py --matrix``: every session shape × policy.
+
+A cell is a session shape (window, tool output sizes, fixed prompt, coding writes) and a seed;
+each cell is played through the proxy (``openai`` SDK, in-process fake upstream) with the
+default policy, masking off and ``masking.in_steps: false``; the client's own pass-through is
+priced from the client's prompts (``proxy.testing.cost.passthrough``). Plays run in a pool of
+processes. Prices: cache reads at 0.1 of input; every uncached prompt token is a cache write,
+priced at 1.0 or 1.25 of input (the pass-through baseline pays the same write price).
+
+Turn counts are trimmed per shape: a session plays until the client's transcript reaches
+``REACH`` × window (between ``MIN_TURNS`` and ``MAX_TURNS`` turns), enough to show masking and
+compaction at work; cells that cannot be played honestly (a 20k fixed prompt or 16k-token
+outputs in a 16k window) are left out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import re
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from proxy.policy.model import validate_layer
+from proxy.policy.platform import PlatformConfig
+from proxy.testing import agent
+from proxy.testing.cost import Call, cached_share, passthrough
+from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_request
+from proxy.testing.harness import Harness
+
+READ = 0.1
+WRITES = (1.0, 1.25)
+SEEDS = (11, 12)
+WINDOWS = (16_000, 32_000, 128_000, 200_000)
+OUTPUTS = {"small": (200, 800), "mid": (1000, 4000), "large": (4000, 16000)}
+REACH, MIN_TURNS, MAX_TURNS = 1.4, 24, 120
+POLICIES: dict[str, dict[str, Any]] = {
+    "default": {}, "off": {"masking.enabled": False}, "flat": {"masking.in_steps": False}}
+FIXED_TOKENS = 20_000  # a large fixed prompt: system and tools, as Claude Code sends
+SPILL = re.compile(r"spill ([0-9a-f]{16})")
+
+
+@dataclass(frozen=True)
+class Cell:
+    window: int
+    outputs: str
+    large_prompt: bool
+    coding: bool
+    seed: int
+
+    @property
+    def name(self) -> str:
+        shape = "coding" if self.coding else self.outputs
+        prompt = "+20k" if self.large_prompt else ""
+        return f"{self.window // 1000}k/{shape}{prompt}/s{self.seed}"
+
+    @property
+    def model(self) -> str:
+        return f"gpt-4o-w{self.window // 1000}k"
+
+    def spec(self, turns: int) -> agent.AgentSpec:
+        low, high = OUTPUTS[self.outputs]
+        facts = tuple((t, f"NOTE: planted fact FACT-{self.seed}-{t}.")
+                      for t in sorted({2, turns // 3, turns // 2}))
+        system = agent.SYSTEM
+        if self.large_prompt:
+            rng = random.Random(self.seed)
+            system += "\n" + agent.tool_output(rng, FIXED_TOKENS // 2, 0)
+        return agent.AgentSpec(seed=self.seed, output_tokens=(low, high),
+                               thought_words=(10, 40), facts=facts,
+                               write_every=4 if self.coding else 0)
+
+    def tools(self) -> list[dict[str, Any]]:
+        tools = agent.CODING_TOOLS if self.coding else agent.TOOLS
+        if self.large_prompt:
+            rng = random.Random(self.seed + 1)
+            tools = [*tools, *({"type": "function", "function": {
+                "name": f"tool_{i}", "description": agent.tool_output(rng, 360, i),
+                "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}}
+                for i in range(20))]
+        return tools
+
+    def turns(self) -> int:
+        low, high = OUTPUTS[self.outputs]
+        per_turn = 1.2 * (low + high) / 2 + 60 + (1.2 * 5000 / 4 if self.coding else 0)
+        return max(MIN_TURNS, min(MAX_TURNS, math.ceil(REACH * self.window / per_turn)))
+
+
+def cells() -> list[Cell]:
+    out = []
+    for seed in SEEDS:
+        for window in WINDOWS:
+            for outputs in OUTPUTS:
+                for large in (False, True):
+                    if window < 32_000 and (large or outputs == "large"):
+                        continue
+                    out.append(Cell(window, outputs, large, False, seed))
+            out.append(Cell(window, "mid", False, True, seed))
+    return out
+
+
+@dataclass
+class Played:
+    cell: Cell
+    policy: str
+    calls: list[Call] = field(default_factory=list)
+    fits: list[Call] = field(default_factory=list)
+    client: list[int] = field(default_factory=list)
+    summary_turns: list[int] = field(default_factory=list)
+    rewrites: float = 0.0
+    over: int = 0  # main calls over the window
+    missing: list[str] = field(default_factory=list)  # planted facts neither sent nor spilled
+    verbatim: bool = True  # the newest keep_recent results as the client sent them, every turn
+    errors: int = 0
+    seconds: float = 0.0
+
+
+def _spill_text(base_url: str, key: str, conversation: str, sid: str) -> str:
+    req = urllib.request.Request(f"{base_url}/conversations/{conversation}/spills/{sid}",
+                                 headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
+        return resp.read().decode()
+
+
+def _verbatim(sent: list[dict[str, Any]], client: list[dict[str, Any]], keep: int) -> bool:
+    want = {m["tool_call_id"]: m["content"] for m in client if m.get("role") == "tool"}
+    newest = [m["tool_call_id"] for m in client if m.get("role") == "tool"][-keep:]
+    got = {m.get("tool_call_id"): m.get("content") for m in sent if m.get("role") == "tool"}
+    return all(got.get(c, want[c]) == want[c] for c in newest)
+
+
+def play(cell: Cell, policy: str) -> Played:
+    """Play ``cell`` under ``POLICIES[policy]`` (platform defaults)."""
+    turns, tools = cell.turns(), cell.tools()
+    spec = cell.spec(turns)
+    nxt: dict[str, Any] = {}
+    fake = FakeUpstream(models={cell.model: cell.window}, responder=lambda body: nxt)
+    layer = validate_layer(POLICIES[policy])
+    out = Played(cell, policy)
+    started, conversation = time.monotonic(), f"matrix-{policy}"
+    with tempfile.TemporaryDirectory() as tmp, \
+            Harness(Path(tmp), fake=fake, platform=PlatformConfig(defaults=layer)) as h:
+        key = h.create_key("bench")
+        client = openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0)
+        messages, last_sent = agent.opening_messages(spec), None
+        for turn, (assistant, results) in enumerate(agent.turns(spec, turns), 1):
+            nxt.clear()
+            nxt.update(assistant)
+            start = len(fake.requests)
+            try:
+                client.chat.completions.create(
+                    model=cell.model, messages=messages, tools=tools,  # type: ignore[arg-type]
+                    extra_headers={"X-Conversation-Id": conversation})
+            except openai.APIError:
+                out.errors += 1
+            prompt = approx_tokens(messages, tools)
+            out.client.append(prompt)
+            for rec in fake.requests[start:]:
+                if rec.path != "/v1/chat/completions" or rec.usage is None:
+                    continue
+                body = rec.json
+                details = rec.usage.get("prompt_tokens_details") or {}
+                call = Call(int(rec.usage["prompt_tokens"]), int(details.get("cached_tokens", 0)),
+                            summary=is_summary_request(body))
+                out.calls.append(call)
+                if prompt <= cell.window:
+                    out.fits.append(call)
+                if call.summary:
+                    out.summary_turns.append(turn)
+                else:
+                    out.over += call.prompt_tokens > cell.window
+                    last_sent = body["messages"]
+                    if policy != "off" and not _verbatim(last_sent, messages, 5):
+                        out.verbatim = False
+            messages = [*messages, assistant, *results]
+        text = json.dumps(last_sent)
+        spilled = "".join(_spill_text(h.base_url, key, conversation, sid)
+                          for sid in sorted(set(SPILL.findall(text))))
+        out.missing = [f"FACT-{cell.seed}-{t}" for t, _ in spec.facts
+                       if f"FACT-{cell.seed}-{t}" not in text + spilled]
+        out.rewrites = sum(h.state.metrics.registry.get_sample_value(
+            "context_proxy_prefix_rewrites_total", {"stage": s}) or 0.0
+            for s in ("mask", "compact"))
+        client.close()
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def priced(calls: Sequence[Call], write: float) -> float:
+    """Cost in uncached-input units: cached tokens at ``READ``, the rest written at ``write``."""
+    return sum((c.prompt_tokens - c.cached_tokens) * write + c.cached_tokens * READ
+               for c in calls)
+
+
+def ratios(p: Played) -> dict[str, float]:
+    """Session and fits-turns cost over pass-through, at each write price."""
+    base = passthrough(p.client)
+    fits_base = [c for c, n in zip(base, p.client, strict=True) if n <= p.cell.window]
+    out = {}
+    for w in WRITES:
+        out[f"s{w}"] = priced(p.calls, w) / priced(base, w)
+        out[f"f{w}"] = priced(p.fits, w) / priced(fits_base, w) if fits_base else 0.0
+    return out
+
+
+def consecutive(turns: Sequence[int]) -> int:
+    """Pairs of consecutive turns that both made a summary call."""
+    seen = sorted(set(turns))
+    return sum(1 for a, b in itertools.pairwise(seen) if b == a + 1)
+
+
+def run(workers: int, only: Sequence[str] = ()) -> list[Played]:
+    jobs = [(c, p) for c in cells() for p in POLICIES if not only or c.name in only]
+    jobs.sort(key=lambda j: -j[0].turns() * j[0].window)  # longest first: the pool ends together
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(play, *zip(*jobs, strict=True)))
+
+
+def _row(p: Played) -> str:
+    r = ratios(p)
+    summaries = [c for c in p.calls if c.summary]
+    return (f"{p.policy:<7} {r['s1.0']:5.2f} {r['s1.25']:5.2f} {r['f1.0']:5.2f} {r['f1.25']:5.2f} "
+            f"{cached_share(p.calls):5.2f} {p.rewrites:4.0f} {len(summaries):4} "
+            f"{cached_share(summaries) if summaries else 0.0:5.2f} "
+            f"{consecutive(p.summary_turns):4} "
+            f"{len(p.missing):4} {p.over:4} {'y' if p.verbatim else 'N':>3} {p.errors:3}")
+
+
+def report(results: Sequence[Played]) -> list[str]:
+    """Print the table; return the cells where the default loses (acceptance 1)."""
+    by: dict[Cell, dict[str, Played]] = {}
+    for p in results:
+        by.setdefault(p.cell, {})[p.policy] = p
+    print(f"{'cell':<22} {'turns':>5} {'policy':<7} {'s1.0':>5} {'s1.25':>5} {'f1.0':>5} "
+          f"{'f1.25':>5} {'cach':>5} {'rewr':>4} {'summ':>4} {'s.cch':>5} {'cons':>4} "
+          f"{'lost':>4} {'over':>4} {'vrb':>3} {'err':>3}  verdict")
+    losses = []
+    for cell in sorted(by, key=lambda c: (c.window, c.coding, c.outputs, c.large_prompt, c.seed)):
+        row = by[cell]
+        rs = {k: ratios(v) for k, v in row.items()}
+        verdict = []
+        if {"default", "off", "flat"} <= rs.keys():
+            for w in WRITES:
+                best = min(rs["off"][f"s{w}"], rs["flat"][f"s{w}"])
+                if rs["default"][f"s{w}"] > 1.05 * best:
+                    verdict.append(f"session@{w}")
+                if rs["default"][f"f{w}"] > 1.05 * rs["off"][f"f{w}"]:
+                    verdict.append(f"fits@{w}")
+        if verdict:
+            losses.append(f"{cell.name}: {', '.join(verdict)}")
+        for i, name in enumerate(n for n in POLICIES if n in row):
+            head = f"{cell.name:<22} {cell.turns():>5}" if i == 0 else " " * 28
+            tail = ("  ok" if not verdict else "  LOSES " + ",".join(verdict)) if i == 0 else ""
+            print(f"{head} {_row(row[name])}{tail}")
+    print("\ns1.0/s1.25: session cost over pass-through, cache writes at 1.0/1.25x input "
+          "(reads 0.1); f*: the same over the turns pass-through fits the window; cach: cached "
+          "share; rewr: prefix rewrites; summ: summary calls; s.cch: their cached share; cons: "
+          "consecutive turns both making a summary call; lost: planted facts neither sent nor "
+          "in a spill; over: main calls over the window; vrb: newest 5 results verbatim; err: "
+          "failed requests. Verdict: default <= 1.05x min(off, flat) per session and <= 1.05x "
+          "off over the fits turns, at both write prices.")
+    print(f"default loses in {len(losses)} of {len(by)} cells" +
+          "".join(f"\n  {x}" for x in losses))
+    return losses
+
+
+def main(workers: int, only: Sequence[str] = ()) -> int:
+    started = time.monotonic()
+    results = run(workers, only)
+    report(results)
+    print(f"played {len(results)} sessions in {time.monotonic() - started:.0f} s "
+          f"with {workers} processes")
+    return 0
+

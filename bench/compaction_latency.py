@@ -46,6 +46,7 @@ from proxy.testing.fake_upstream import FakeUpstream, is_summary_request  # noqa
 from proxy.testing.faults import Fault  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
 
+RECOMMENDED_RATIO = 0.70  # docs/configuration.md; the policy default (1.0) is off
 MODES = {"prepared": None, "synchronous": 1.0}  # prepare_ratio: --prepare-ratio, or off
 
 
@@ -67,17 +68,15 @@ class Run:
 
 
 def play(session: Session, mode: str, answer_s: float, summary_s: float, masking: bool,
-         prepare_ratio: float | None = None) -> Run:
-    """Play ``session`` in ``mode``; ``prepare_ratio`` (None: the default) when prepared."""
+         prepare_ratio: float = RECOMMENDED_RATIO) -> Run:
+    """Play ``session`` in ``mode`` with ``prepare_ratio`` when prepared."""
     script = Script()
     answers = Fault(status=200, delay_s=answer_s, times=-1,
                     match=lambda body: not is_summary_request(body))
     fake = FakeUpstream(models={session.model: session.window}, responder=script.respond,
                         summary_delay_s=summary_s, faults=[answers])
     layer: dict[str, Any] = {"masking.enabled": masking, "masking.in_steps": session.in_steps}
-    ratio = MODES[mode] if mode == "synchronous" else prepare_ratio
-    if ratio is not None:
-        layer["compaction.prepare_ratio"] = ratio
+    layer["compaction.prepare_ratio"] = MODES[mode] or prepare_ratio
     run = Run(session, mode)
     with tempfile.TemporaryDirectory() as tmp, \
             Harness(Path(tmp), fake=fake,
@@ -102,7 +101,7 @@ def play(session: Session, mode: str, answer_s: float, summary_s: float, masking
 
 
 def _play(session: Session, answer_s: float, summary_s: float, masking: bool,
-          prepare_ratio: float | None, mode: str) -> Run:
+          prepare_ratio: float, mode: str) -> Run:
     return play(session, mode, answer_s, summary_s, masking, prepare_ratio)
 
 
@@ -144,8 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--summary-s", type=float, action="append",
                    help="summary call time (repeatable; default 1.5 and 10)")
     p.add_argument("--masking", action="store_true", help="leave masking on")
-    p.add_argument("--prepare-ratio", type=float,
-                   help="compaction.prepare_ratio of the prepared mode (default: the policy's)")
+    p.add_argument("--prepare-ratio", type=float, default=RECOMMENDED_RATIO,
+                   help="compaction.prepare_ratio of the prepared mode (default: 0.70, the "
+                        "recommended value; the policy's default is off)")
     args = p.parse_args(argv)
     sessions = [s for s in SESSIONS if (not args.only or s.name in args.only)
                 and (args.steps == "both" or str(s.in_steps).lower() == args.steps)]

@@ -62,7 +62,9 @@ class CompactionPolicy:
         ProtectedRule(marker="<recent_notes>"),
     )
     summary_role: str = "user"
-    prepare_ratio: float = 0.70  # summaries prepared in the background from here; >= trigger: off
+    # Summaries prepared in the background from here; >= trigger_ratio: off (the default,
+    # docs/configuration.md: it cost more per session in bench/compaction_latency.py).
+    prepare_ratio: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ WINDOW = 16_000
 SPEC = agent.AgentSpec(seed=4, output_tokens=(600, 900), thought_words=(5, 10))
 POLICIES = f"""defaults:
   masking: {{enabled: false}}
-  compaction: {{summary_timeout_s: 10}}
+  compaction: {{summary_timeout_s: 10, prepare_ratio: 0.7}}
   models: {{{MODEL}: {WINDOW}}}
 """
 GUARD_S = 30  # not a timing check: a preparation that never lands fails instead of hanging

@@ -6,6 +6,7 @@ from typing import Any
 
 import openai
 import pytest
+from factories import seed_steps_platform
 
 from proxy.context.stages.mask import spill_id
 from proxy.context.stages.messages import is_summary
@@ -19,7 +20,8 @@ SPEC = agent.AgentSpec(seed=9, output_tokens=(5000, 6000), thought_words=(5, 10)
 def test_unbound_passthrough_keys_never_see_each_others_conversations(make_harness: Any,
                                                                       sdk: Any) -> None:
     fake = FakeUpstream(models={MODEL: 32_000})
-    h = make_harness(fake=fake, env={"CONTEXT_PROXY_AUTH_MODE": "passthrough"})
+    h = make_harness(fake=fake, env={"CONTEXT_PROXY_AUTH_MODE": "passthrough"},
+                     platform=seed_steps_platform())
     alice, bob = sdk(h, "sk-alice-own-key-0001"), sdk(h, "sk-bob-own-key-0002")
     messages = agent.conversation(SPEC, 10)
     headers = {"X-Conversation-Id": "shared-name"}

@@ -18,7 +18,8 @@ from proxy.context.stages.messages import format_summary
 from proxy.context.stages.scope import Scope
 from proxy.context.summarizer import Summarizer
 from proxy.context.tokens import TokenCounter
-from proxy.policy.model import Policy
+from proxy.policy.model import Policy, validate_layer
+from proxy.policy.platform import PlatformConfig
 
 Message = dict[str, Any]
 
@@ -170,6 +171,17 @@ async def compact_list(
         return replace(unchanged, summary_calls=done.calls)
     return Compaction(done.status, done.messages, before, done.tokens_after, done.summary, plan,
                       done.calls)
+
+
+# The seed's masking steps (a step whenever it frees min_free_ratio of the window), for tests
+# about what masking does rather than when it pays for itself (masking.min_step_turns).
+SEED_STEPS = {"masking.min_step_turns": 0}
+SEED_STEPS_YAML = "masking: {min_step_turns: 0}"
+
+
+def seed_steps_platform() -> PlatformConfig:
+    """Platform defaults with the seed's masking steps."""
+    return PlatformConfig(defaults=validate_layer(dict(SEED_STEPS)))
 
 
 def synchronous(platform_yaml: str = "") -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Any
 
 import openai
 import pytest
-from factories import synchronous_policies
+from factories import SEED_STEPS_YAML, seed_steps_platform
 
 from proxy.context.stages.mask import spill_id as spill_id_of
 from proxy.context.stages.messages import is_summary
@@ -45,14 +44,18 @@ class Script:
 
 
 def policies(tmp_path: Path, text: str) -> dict[str, str]:
-    """The policies folder ``text`` describes, summaries made at the trigger (not prepared)."""
-    return synchronous_policies(tmp_path / "policies", text)
+    folder = tmp_path / "policies"
+    folder.mkdir(exist_ok=True)
+    (folder / "platform.yaml").write_text(text)
+    return {"CONTEXT_PROXY_POLICIES": str(folder)}
 
 
 def start(make_harness: Callable[..., Harness], **fake: Any) -> tuple[Harness, Script]:
     script = Script()
-    env = fake.pop("env", None) or synchronous_policies(Path(tempfile.mkdtemp()) / "policies")
+    env = fake.pop("env", None)
     settings = fake.pop("settings", {})
+    if env is None:  # these sessions are about what masking does: the seed's steps
+        settings.setdefault("platform", seed_steps_platform())
     h = make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
                                        enforce_windows=True, **fake), env=env, **settings)
     return h, script
@@ -170,7 +173,8 @@ def test_failed_summary_fails_open(make_harness, tmp_path: Path, fault: str, sdk
 
         fake["summarizer"] = empty_once
     h, _script = start(make_harness, env=policies(
-        tmp_path, "defaults:\n  compaction: {summary_timeout_s: 0.5}\n"), **fake)
+        tmp_path, "defaults:\n  compaction: {summary_timeout_s: 0.5}\n"
+        f"  {SEED_STEPS_YAML}\n"), **fake)
     client = sdk(h, h.create_key())
     messages = big_conversation()
     raw = client.chat.completions.with_raw_response.create(

@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from factories import assistant, system, tool_turn, user, words
+from factories import SEED_STEPS, assistant, system, tool_turn, user, words
 
 from proxy.console.queries import usage_by_org
 from proxy.context.identity import conversation_key
@@ -31,7 +31,7 @@ Usage = tuple[int, int, int, int]  # prompt (reads and writes included), read, w
 
 def _harness(make_harness: Callable[..., Harness], window: int) -> Harness:
     platform = PlatformConfig(defaults=validate_layer({"models": {MODEL: {
-        "context_window": window, **PRICES}}}))
+        "context_window": window, **PRICES}}, **SEED_STEPS}))
     return make_harness(fake=FakeUpstream(models={MODEL: window}), platform=platform,
                         env={"CONTEXT_PROXY_ADMIN_TOKEN": TOKEN})
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from factories import synchronous_policies
+from factories import SEED_STEPS_YAML
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import lint_metrics
 
@@ -29,7 +29,8 @@ MODEL, WINDOW = "agent-32k", 32_768
 DOCS = [f"passage number {i} about topic {i % 3}" for i in range(8)]
 # No window in the policy: the proxy asks the upstream's /v1/models (a call of its own).
 # A rerank budget a busy CI machine answers within (only the timeout case means to exceed it).
-POLICY = "defaults:\n  rerank: {enabled: true, keep: 3, candidates: 5, timeout_ms: 1500}\n"
+POLICY = ("defaults:\n  rerank: {enabled: true, keep: 3, candidates: 5, timeout_ms: 1500}\n"
+          f"  {SEED_STEPS_YAML}\n")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -43,7 +44,8 @@ class Session:
 
     def __init__(self, make_harness: Callable[..., Harness], tmp_path: Path) -> None:
         folder = tmp_path / "policies"
-        synchronous_policies(folder, POLICY)
+        folder.mkdir()
+        (folder / "platform.yaml").write_text(POLICY)
         self.folder = folder
         self.rerank_answer = "[0, 1, 2, 3, 4]"
         self.fake = FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from factories import synchronous_policies
+from factories import seed_steps_platform
 
 from proxy.context.stages.mask import spill_id
 from proxy.context.stages.messages import is_summary
@@ -19,11 +18,10 @@ SPEC = agent.AgentSpec(seed=9, output_tokens=(5000, 6000), thought_words=(5, 10)
 
 
 def test_unbound_passthrough_keys_never_see_each_others_conversations(make_harness: Any,
-                                                                      sdk: Any, tmp_path: Path
-                                                                      ) -> None:
+                                                                      sdk: Any) -> None:
     fake = FakeUpstream(models={MODEL: 32_000})
-    h = make_harness(fake=fake, env={"CONTEXT_PROXY_AUTH_MODE": "passthrough",
-                                     **synchronous_policies(tmp_path / "policies")})
+    h = make_harness(fake=fake, env={"CONTEXT_PROXY_AUTH_MODE": "passthrough"},
+                     platform=seed_steps_platform())
     alice, bob = sdk(h, "sk-alice-own-key-0001"), sdk(h, "sk-bob-own-key-0002")
     messages = agent.conversation(SPEC, 10)
     headers = {"X-Conversation-Id": "shared-name"}
@@ -62,11 +60,9 @@ def test_unbound_passthrough_keys_never_see_each_others_conversations(make_harne
 
 
 def test_a_bound_passthrough_key_shares_its_organizations_conversations(make_harness: Any,
-                                                                        sdk: Any, tmp_path: Path
-                                                                        ) -> None:
+                                                                        sdk: Any) -> None:
     h = make_harness(fake=FakeUpstream(models={MODEL: 32_000}),
-                     env={"CONTEXT_PROXY_AUTH_MODE": "passthrough",
-                          **synchronous_policies(tmp_path / "policies")})
+                     env={"CONTEXT_PROXY_AUTH_MODE": "passthrough"})
     h.state.store.bind_key("sk-team-key-a", "acme")
     h.state.store.bind_key("sk-team-key-b", "acme")
     a, b = sdk(h, "sk-team-key-a"), sdk(h, "sk-team-key-b")

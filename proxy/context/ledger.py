@@ -21,11 +21,12 @@ from proxy.context.money import Baseline, Money, Prices
 from proxy.context.records import Records
 from proxy.context.report import ContextReport
 from proxy.metrics import Metrics
-from proxy.policy.model import Policy
+from proxy.policy.model import ModelPrices, Policy
 from proxy.upstream.model_map import model_map
 from proxy.upstream.usage import UpstreamUsage
 
 _BASELINES = 10_000  # conversations remembered
+_PRICED = 1_024  # (model, policy prices) pairs whose prices are kept
 
 
 class Ledger:
@@ -39,6 +40,9 @@ class Ledger:
         self._load = cost_map
         self._map: Mapping[str, Any] | None = None
         self._baselines: OrderedDict[str, Baseline] = OrderedDict()
+        # Prices depend only on the model, its policy entry and the cost map, which is read
+        # once: worked out once per pair rather than on every call.
+        self._priced: dict[tuple[str, ModelPrices], Prices] = {}
 
     async def ready(self) -> None:
         """Read the cost map off the event loop the first time (a file of megabytes)."""
@@ -46,7 +50,15 @@ class Ledger:
             self._map = await asyncio.to_thread(self._load)
 
     def prices(self, model: str, policy: Policy) -> Prices:
-        return money.prices(model, policy.prices, self._map or {})
+        key = (model, money.own_prices(model, policy.prices))
+        found = self._priced.get(key)
+        if found is None:
+            found = money.prices(model, policy.prices, self._map or {})
+            if self._map is not None:  # before the map is read, prices are not final
+                if len(self._priced) >= _PRICED:
+                    self._priced.clear()
+                self._priced[key] = found
+        return found
 
     def actual(self, job: Job, report: ContextReport, usage: UpstreamUsage) -> Money:
         """The money of a request whose upstream answer reported ``usage``."""

@@ -79,10 +79,16 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+def own_prices(model: str, table: Mapping[str, ModelPrices]) -> ModelPrices:
+    """``model``'s entry in the policy's ``table`` (tried as named, then without a provider
+    prefix); no prices of its own when it has none."""
+    return next((table[n] for n in _candidates(model) if n in table), ModelPrices())
+
+
 def prices(model: str, table: Mapping[str, ModelPrices], cost_map: Mapping[str, Any]) -> Prices:
     """``model``'s prices: the policy's ``table`` first, price by price, then ``cost_map``
     (litellm's model map); names are tried as given, then without a provider prefix."""
-    own = next((table[n] for n in _candidates(model) if n in table), ModelPrices())
+    own = own_prices(model, table)
     entry: Mapping[str, Any] = next((cost_map[n] for n in _candidates(model)
                   if isinstance(cost_map.get(n), Mapping)), {})
 

@@ -30,14 +30,6 @@ class SummaryAnswer:
     tool_call: bool
     usage: UpstreamUsage
 
-    @property
-    def prompt_tokens(self) -> int:
-        return self.usage.prompt
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.usage.cached
-
 
 @dataclass(frozen=True)
 class Api:

@@ -38,14 +38,6 @@ class Answer:
     usage: UpstreamUsage = field(default_factory=UpstreamUsage)
     truncated: bool = False  # longer than max_tokens: cut at a sentence or line end
 
-    @property
-    def prompt_tokens(self) -> int:
-        return self.usage.prompt
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.usage.cached
-
 
 class Summarizer(Protocol):
     """Makes one summary call: the prompt messages, the answer's ``max_tokens`` and, for a call

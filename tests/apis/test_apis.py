@@ -89,8 +89,8 @@ def test_summary_answers_of_each_api() -> None:
     got = messages.summary_answer(json.dumps({
         "content": [{"type": "text", "text": "sum"}], "stop_reason": "end_turn",
         "usage": {"input_tokens": 5, "cache_read_input_tokens": 10}}).encode())
-    assert (got.text, got.tool_call, got.prompt_tokens, got.cached_tokens) == ("sum", False,
-                                                                                15, 10)
+    assert (got.text, got.tool_call, got.usage.prompt, got.usage.cached) == ("sum", False,
+                                                                              15, 10)
     called = responses.summary_answer(json.dumps({"output": [
         {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": ""}],
         "usage": {"input_tokens": 5}}).encode())

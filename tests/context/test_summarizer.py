@@ -38,7 +38,7 @@ async def test_the_call_sends_the_messages_exactly_with_tools_and_no_tool_choice
     assert body["tools"] == TOOLS and body["tool_choice"] == "none"
     assert body["max_tokens"] == 200 and body["stream"] is False
     assert fake.requests[-1].headers["Authorization"] == "Bearer sk-key"
-    assert answer.text == "SUMMARY" and answer.prompt_tokens > 0
+    assert answer.text == "SUMMARY" and answer.usage.prompt > 0
 
 
 async def test_without_tools_no_tool_choice_is_sent() -> None:
@@ -81,7 +81,7 @@ async def test_the_cache_reports_reach_the_answer() -> None:
     try:
         call = upstream_summarizer(upstream, "k", "gpt-4o", 5)
         first, second = await call(PROMPT, 50), await call(PROMPT, 50)
-        assert first.cached_tokens == 0 < second.cached_tokens <= second.prompt_tokens
+        assert first.usage.cached == 0 < second.usage.cached <= second.usage.prompt
     finally:
         await upstream.close()
         await fake.stop()

@@ -21,8 +21,9 @@ STAGES = "proxy.context.stages"
 # network, and the context modules that wrap them.
 STAGE_FORBIDDEN = (
     "proxy.store", "proxy.upstream", "proxy.http", "proxy.metrics", "proxy.context.offload",
-    "proxy.context.records", "proxy.context.service", "proxy.context.summarizer",
-    "proxy.context.window", "proxy.state", "proxy.app",
+    "proxy.context.records.compactions", "proxy.context.managed",
+    "proxy.context.summary.summarizer",
+    "proxy.context.tokens.window", "proxy.state", "proxy.app",
     "aiohttp", "asyncio", "sqlite3", "sqlite_utils", "prometheus_client", "litellm",
 )
 
@@ -263,3 +264,43 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     (tmp_path / "proxy" / "store" / "rows.py").write_text("from proxy.http import parse\n")
     found = upward_imports(package_modules(tmp_path))
     assert found == ["proxy.store.rows imports proxy.http.parse"]
+
+
+MAX_MODULES_PER_FOLDER = 12
+
+
+def crowded_folders(root: Path = ROOT) -> dict[str, int]:
+    """Package folders with more than ``MAX_MODULES_PER_FOLDER`` modules at one level
+    (``__init__.py`` and ``__main__.py`` aside)."""
+    counts = Counter(str(p.parent.relative_to(root)) for p in (root / "proxy").rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    return {folder: n for folder, n in sorted(counts.items()) if n > MAX_MODULES_PER_FOLDER}
+
+
+def shared_module_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module basenames used in more than one folder of ``proxy`` (a reader, a traceback or a
+    grep then has to ask which ``service.py`` is meant)."""
+    where: dict[str, list[str]] = {}
+    for p in sorted((root / "proxy").rglob("*.py")):
+        if p.name not in ("__init__.py", "__main__.py"):
+            where.setdefault(p.name, []).append(str(p.relative_to(root)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_package_folder_is_crowded() -> None:
+    assert crowded_folders() == {}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_module_names() == {}
+
+
+def test_crowding_and_shared_names_are_found(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / "proxy" / folder).mkdir(parents=True)
+        (tmp_path / "proxy" / folder / "service.py").write_text("")
+    for i in range(MAX_MODULES_PER_FOLDER):
+        (tmp_path / "proxy" / "a" / f"m{i}.py").write_text("")
+    assert crowded_folders(tmp_path) == {"proxy/a": MAX_MODULES_PER_FOLDER + 1}
+    assert shared_module_names(tmp_path) == {
+        "service.py": ["proxy/a/service.py", "proxy/b/service.py"]}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.context.learned import LearnedWindows
-from proxy.context.window import WindowResolver
+from proxy.context.records.learned import LearnedWindows
+from proxy.context.tokens.window import WindowResolver
 from proxy.policy.model import Policy
 from proxy.store import Store, leases
 

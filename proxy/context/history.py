@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.context.checked import common_prefix
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 
 Pair = tuple[int, int]  # (tokens of the message, tokens of its content alone)
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from proxy.apis import ADAPTED, APIS, chat, messages, responses
+from proxy.apis import ADAPTED, APIS, chat_completions, messages, responses
 from proxy.context.adapters import anthropic as anthropic_adapter
-from proxy.context.adapters import responses as responses_adapter
+from proxy.context.adapters import openai_responses as responses_adapter
 from proxy.errors import ApiError
 from proxy.http.apis import add_routes
 from proxy.upstream.usage import UpstreamUsage
@@ -25,7 +25,7 @@ def test_the_registry_names_each_api_once() -> None:
 
 
 def test_usage_as_each_api_reports_it() -> None:
-    assert chat.API.usage(b'{"usage": {"prompt_tokens": 90, "completion_tokens": 7, '
+    assert chat_completions.API.usage(b'{"usage": {"prompt_tokens": 90, "completion_tokens": 7, '
                           b'"prompt_tokens_details": {"cached_tokens": 64, '
                           b'"cache_write_tokens": 16}}}') == UpstreamUsage(90, 64, 16, 7)
     # Anthropic's input_tokens leaves out the cache reads and writes.
@@ -50,7 +50,7 @@ def test_upstream_headers_carry_the_key_as_each_api_wants() -> None:
 def test_errors_in_each_apis_shape() -> None:
     err = ApiError(400, "bad", code="x").response()
     assert json.loads(messages.API.shape(err).body)["type"] == "error"  # type: ignore[arg-type]
-    assert responses.API.shape(err) is err and chat.API.shape(err) is err
+    assert responses.API.shape(err) is err and chat_completions.API.shape(err) is err
 
 
 def test_checks_of_each_api() -> None:

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from proxy.cli import demo
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 

@@ -12,8 +12,8 @@ from typing import Any
 import openai
 
 from proxy.testing import agent
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
-from proxy.testing.faults import Fault
 from proxy.testing.harness import Harness
 
 MODEL = "gpt-4o-w32k"

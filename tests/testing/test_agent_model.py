@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent_model
 from proxy.testing.agent_model import AgentModel, fact, fact_summarizer, file_text
 from proxy.testing.fake_upstream import FakeUpstream

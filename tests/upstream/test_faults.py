@@ -15,8 +15,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.testing.fake.faults import HUGE_CHARS
 from proxy.testing.fake_upstream import FakeUpstream, Fault
-from proxy.testing.faults import HUGE_CHARS
 from proxy.testing.harness import Harness
 from proxy.upstream.answers import (
     EventCheck,

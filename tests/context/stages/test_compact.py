@@ -26,12 +26,12 @@ from factories import (
 )
 
 from proxy.context.stages.compact import apply_summary, plan_compaction
-from proxy.context.stages.messages import SUMMARY_OPEN, is_summary
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.stages.plan import plan as plan_request
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import SUMMARY_OPEN, is_summary
 from proxy.context.stages.summary import SUMMARY_SECTIONS, SummaryFailed
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import CompactionPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"

@@ -1,4 +1,4 @@
-"""Context management in the live path, end to end through the openai SDK (issue 4)."""
+"""Context management in the live path, end to end through the openai SDK."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def padded(base: Msgs, total: int, counter: TokenCounter, at: int = 2) -> Msgs:
     return msgs
 
 
-# --- the worked example (acceptance 2) ---------------------------------------------------------
+# --- the worked example --------------------------------------------------------------------
 
 
 async def test_worked_example_200k() -> None:
@@ -104,7 +104,7 @@ async def test_unknown_window_compacts_against_the_fallback() -> None:
                                   Scope(Policy(), None, counter, MODEL)) is None
 
 
-# --- the summary prompt and what the summarizer reads (acceptance 3) ----------------------------
+# --- the summary prompt and what the summarizer reads ----------------------------------------
 
 
 async def test_prompt_asks_for_every_section() -> None:

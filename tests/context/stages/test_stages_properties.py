@@ -1,4 +1,4 @@
-"""Property tests: both stages over generated agent conversations (acceptance 1).
+"""Property tests: both stages over generated agent conversations.
 
 The generator mixes roles, parallel tool calls, pinned plan calls, protected blocks (by marker
 and by name), huge single outputs, earlier summaries and single-task sessions (one user message,

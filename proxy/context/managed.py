@@ -36,7 +36,7 @@ from proxy.context.stages.shared import prefix_hash
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.summary.compaction import Compacted, compact
 from proxy.context.summary.in_api import ApiSummarizerFactory
-from proxy.context.summary.prepare import Preparer, preparing
+from proxy.context.summary.prepare import Preparer, preparing, ripe
 from proxy.context.summary.prepared import PreparedStore
 from proxy.context.summary.summarizer import Summarizer, upstream_summarizer
 from proxy.context.tokens.counter import TokenCounter
@@ -154,9 +154,12 @@ class ContextService:
         if p.action == "summarize":
             report = await self._at_trigger(job, p, retried)
         else:
-            report = self._report(job, p, "insufficient" if p.action == "insufficient"
-                                  else ("reused" if p.view.prior else "none"), retried)
-            if not job.force and retried is None:
+            early = await self._apply_prepared(job, p, retried) \
+                if retried is None and ripe(job, p) else None
+            report = early or self._report(
+                job, p, "insufficient" if p.action == "insufficient"
+                else ("reused" if p.view.prior else "none"), retried)
+            if early is None and not job.force and retried is None:
                 self.preparer.consider(job, p)
         self._observe(job, report, p)
         return report

@@ -64,6 +64,25 @@ def at_prepare_point(job: Job) -> Plan:
     return plan(req.messages, scope, job.prior, False, pairs, job.known.verified)
 
 
+def ripe(job: Job, p: Plan) -> bool:
+    """Whether a request still under the trigger applies the prepared summary now: the next
+    turn, growing as this one did, would cross the trigger. Applied at the trigger instead, it
+    would leave every message since the prepare point verbatim, the last turn's overshoot
+    included, and the list after it longer than a compaction made at the trigger leaves (whose
+    keep window is bounded): every later turn would pay for the difference until the next
+    compaction. Unknown growth (no earlier request to compare with) waits for the trigger."""
+    policy = job.policy
+    if job.force or p.action != "forward" or not preparing(policy) or not job.known.unchanged:
+        return False
+    window = job.scope.compaction_window
+    if p.tokens_after_mask <= policy.compaction.prepare_ratio * window:
+        return False
+    req = job.request
+    new = job.known.pairs_for(job.scope.counter, req.messages, req.model)[job.known.unchanged:]
+    growth = sum(tokens for tokens, _ in new)  # counted once already: the counter's cache
+    return p.tokens_after_mask + growth > policy.compaction.trigger_ratio * window
+
+
 def matches(job: Job, prep: PreparedSummary) -> bool:
     """Whether ``prep`` is usable for the request: newer than the conversation's stored
     compaction and its prefix the request's own (blocking: hashes the prefix)."""

@@ -4,10 +4,10 @@ are not in it (SPEC section 6)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
 import contextvars
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import anthropic

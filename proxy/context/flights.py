@@ -55,6 +55,7 @@ class Flights:
         self.records = records
         self.store = records.store
         self.owner = owner
+        self._releasing: set[asyncio.Task[None]] = set()  # releases the answer does not wait for
 
     async def claim(self, conversation: str, phash: str, covered: int) -> Claim:
         def write(tx: Tx) -> Claim:
@@ -100,10 +101,19 @@ class Flights:
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
-            try:
-                await self.store.write(leases.release, name, self.owner)
-            except Exception as e:
-                log.warning("releasing a compaction lease failed (it runs out): %s", e)
+            if self.store.late:  # the store was slow for this request: it does not wait again
+                task = asyncio.create_task(self._release(name))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
+            else:
+                await self._release(name)
+
+    async def _release(self, name: str) -> None:
+        """Release the lease ``name`` (one that fails runs out)."""
+        try:
+            await self.store.write(leases.release, name, self.owner, always=True)
+        except Exception as e:
+            log.warning("releasing a compaction lease failed (it runs out): %s", e)
 
     async def wait(self, conversation: str, phash: str, covered: int, timeout_s: float
                    ) -> CompactionRecord | None:

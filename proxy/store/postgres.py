@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import RowMaker
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Row, Tx, to_pyformat
 from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
@@ -178,6 +178,7 @@ class PgTx:
 class PostgresBackend:
     kind = "postgres"
     transient: tuple[type[Exception], ...] = (psycopg.OperationalError,)
+    busy: tuple[type[Exception], ...] = (PoolTimeout,)
 
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url

@@ -119,12 +119,23 @@ def bodies() -> list[bytes]:
 
 
 BODIES: list[bytes] = []
+EVERY_S: list[float] = []  # --every-s: each seen client's request period (else closed loop)
+
+
+async def pause(started: float) -> None:
+    """Closed loop (a 50 ms pause after each answer: as much load as the machine takes), or
+    one request per ``--every-s`` seconds (a fixed rate, below saturation)."""
+    if EVERY_S:
+        await asyncio.sleep(max(0.0, started + EVERY_S[0] - time.monotonic()))
+    else:
+        await asyncio.sleep(0.05)
 
 
 async def seen_client(run: Run, r: Replicas, session: aiohttp.ClientSession, key: str,
                       n: int) -> None:
     conv, turn = f"c{n}-{secrets.token_hex(3)}", 0
     while not run.stop:
+        started = time.monotonic()
         base = r.url(r.next_index())
         if n % 4 == 3:  # some Responses API traffic
             await timed(run, session, "POST", base + "/responses",
@@ -141,7 +152,7 @@ async def seen_client(run: Run, r: Replicas, session: aiohttp.ClientSession, key
                 if headers.get("X-Context-Divider-Id"):
                     run.dividers.add(headers["X-Context-Divider-Id"])
             turn += 1
-        await asyncio.sleep(0.05)
+        await pause(started)
 
 
 async def unseen_client(run: Run, r: Replicas, session: aiohttp.ClientSession) -> None:
@@ -272,6 +283,7 @@ async def main(args: argparse.Namespace) -> None:
     fwd = ForwarderProcess(urlsplit(args.database_url).port or 5432).start()
     fake = await start_fake()
     BODIES[:] = bodies()
+    EVERY_S[:] = [args.every_s] if args.every_s else []
     url = schema_url(args.database_url, schema, fwd.port)
     tmp = Path(tempfile.mkdtemp(prefix="store-outage-"))
     run = Run()
@@ -382,6 +394,10 @@ if __name__ == "__main__":
     parser.add_argument("--outage-s", type=float, default=10.0)
     parser.add_argument("--warm-s", type=float, default=8.0)
     parser.add_argument("--gap-s", type=float, default=8.0)
+    parser.add_argument("--every-s", type=float, default=None,
+                        help="each seen client sends a request every this many seconds (a "
+                             "fixed rate; default: a 50 ms pause after each answer, as much "
+                             "as the machine takes)")
     parser.add_argument("--verbose", action="store_true",
                         help="list each answer over the bound and each non-200 outside an "
                              "outage, with its replica and X-Request-Id")

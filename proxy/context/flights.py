@@ -31,9 +31,6 @@ log = logging.getLogger("context_proxy.context")
 LEASE_S = 4.0  # how long a dead holder blocks its prefix (a live one renews every second)
 RENEW_EVERY_S = 1.0
 POLL_S = 0.05  # how often a waiting process looks for the stored result
-# Past it the summary is made here without a lease (a second summary of the prefix elsewhere
-# is the price of not waiting on a store that may be away).
-CLAIM_DEADLINE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -66,8 +63,10 @@ class Flights:
             name = lease_name(conversation, phash)
             return Claim(None, leases.claim(tx, name, LEASE_S, self.owner))
 
-        try:  # a summary call follows, seconds long: a slow store is given more time here
-            found = await self.store.write(write, deadline=CLAIM_DEADLINE_S)
+        # Under the store's own deadline: past it the summary is made here without a lease (a
+        # second summary of the prefix elsewhere is the price of not holding up the request).
+        try:
+            found = await self.store.write(write)
         except StoreUnavailable:
             return Claim(None, True, leased=False)
         if found.stored is not None:

@@ -88,7 +88,7 @@ def _store(args: argparse.Namespace) -> Store:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     store = _store(args)
-    rec, plaintext = store.create_key(args.org, args.user)
+    rec, plaintext = store.keys.create(args.org, args.user)
     print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "key": plaintext}))
     print("Store this key now: it is shown only once.", file=sys.stderr)
     return 0
@@ -100,7 +100,7 @@ def cmd_keys_bind(args: argparse.Namespace) -> int:
     if not plaintext:
         print("error: give the client's key on standard input", file=sys.stderr)
         return 2
-    rec = store.bind_key(plaintext, args.org, args.user)
+    rec = store.keys.bind(plaintext, args.org, args.user)
     print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind}))
     return 0
 
@@ -109,13 +109,13 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     """Every key as one JSON document (never a secret or a hash)."""
     keys = [{"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
              "created_at": rec.created_at, "revoked": rec.revoked_at is not None}
-            for rec in _store(args).list_keys()]
+            for rec in _store(args).keys.all()]
     print(json.dumps({"object": "list", "data": keys}, indent=2))
     return 0
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    if _store(args).revoke_key(args.id):
+    if _store(args).keys.revoke(args.id):
         print(f"revoked {args.id}")
         return 0
     print(f"error: no active key with id {args.id}", file=sys.stderr)

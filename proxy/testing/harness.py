@@ -120,7 +120,7 @@ class Harness:
                    if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
-        return self.state.store.create_key(org, user)[1]
+        return self.state.store.keys.create(org, user)[1]
 
     def start(self) -> Harness:
         self._thread.start()

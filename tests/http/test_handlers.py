@@ -66,7 +66,7 @@ async def proxy(aiohttp_client: Callable[[web.Application], Awaitable[Client]],
 @pytest.fixture
 def auth(proxy: Client, app: web.Application) -> dict[str, str]:
     """The headers of a fresh key of organization ``acme`` (the store exists once started)."""
-    _, key = app[STATE].store.create_key("acme")
+    _, key = app[STATE].store.keys.create("acme")
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -246,10 +246,10 @@ async def test_missing_or_invalid_key_is_401(proxy: Client, app: web.Application
 async def test_revoked_key_is_401_on_the_next_request(proxy: Client, app: web.Application,
                                                       fake: FakeUpstream) -> None:
     store = app[STATE].store
-    record, key = store.create_key("acme")
+    record, key = store.keys.create("acme")
     headers = {"Authorization": f"Bearer {key}"}
     assert (await proxy.post(CHAT, json=GOOD, headers=headers)).status == 200
-    assert store.revoke_key(record.id)
+    assert store.keys.revoke(record.id)
     err = await openai_error(await proxy.post(CHAT, json=GOOD, headers=headers), 401)
     assert err["code"] == "invalid_api_key"
     assert len(fake.chat_requests()) == 1

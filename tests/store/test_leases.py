@@ -82,19 +82,3 @@ async def test_a_stored_limit_counts_for_its_ttl_only(two: tuple[Store, Store]) 
     assert await LearnedWindows(b, refresh_s=0, ttl_s=0).get("my-llama") is None
     await LearnedWindows(a, ttl_s=0).save("my-llama", 20_000)  # the old one has run out
     assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 20_000
-
-
-def test_a_start_on_sqlite_releases_what_earlier_processes_held(
-        tmp_path: Path, store_target: Callable[[str], Path | str],
-        database_url: str | None) -> None:
-    # On SQLite the starting process is the store's only one: a lease held by an earlier
-    # process (a restart mid-compaction) would only make requests wait for it to run out. On
-    # PostgreSQL other replicas may be alive: their leases stay.
-    from proxy.testing.harness import Harness
-
-    target = store_target("proxy.db")
-    before = Store(target)
-    assert before.atomic(leases.claim, "compaction c1 h1", 300, "an-earlier-process")
-    before.close()
-    with Harness(tmp_path) as h:
-        assert leases.held(h.state.store, "compaction c1 h1") == (database_url is not None)

@@ -15,6 +15,7 @@ import pytest
 from proxy.context.identity import conversation_key
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 LONG = "Here is the log: " + "step ok; " * 900
 
@@ -144,9 +145,9 @@ def test_metrics_label_each_api(make_harness: Callable[..., Harness]) -> None:
                                messages=[{"role": "user", "content": "hi"}])
     with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as c:
         c.responses.create(model="gpt-x", input="hi")
-    text = requests.get(h.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-    assert 'context_proxy_requests_total{route="messages",status_class="2xx"} 1.0' in text
-    assert 'context_proxy_requests_total{route="responses",status_class="2xx"} 1.0' in text
+    text = scrape(h.base_url)
+    for route in ("messages", "responses"):
+        assert metric(text, "context_proxy_requests_total", route=route, status_class="2xx") == 1
 
 
 def test_other_messages_paths_go_to_the_anthropic_upstream(make_harness: Callable[..., Harness]

@@ -23,6 +23,7 @@ from proxy.testing import agent
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.forwarder import Forwarder
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 MSG = [{"role": "user", "content": "Hello"}]
 MODEL = "agent-32k"
@@ -66,13 +67,6 @@ def wait_ready(base: str) -> None:
     raise AssertionError("/readyz never became ready after the store returned")
 
 
-def metric(base: str, name: str) -> float:
-    for line in httpx.get(f"{base}/metrics").text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not exported")
-
-
 def rows(url: str, sql: str, params: list[Any]) -> list[Any]:
     with connect(url) as conn:
         return conn.execute(sql, params).fetchall()
@@ -89,7 +83,7 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
     base = h.base_url.removesuffix("/v1")
     seen, unseen = h.create_key("acme"), h.create_key("acme")
     assert chat(base, seen, "warm").status_code == 200
-    assert metric(base, "context_proxy_store_up") == 1
+    assert metric(scrape(base), "context_proxy_store_up") == 1
     forwarder.partition() if outage == "partition" else forwarder.down()
     try:
         served = [chat(base, seen, f"during-{i}") for i in range(3)]
@@ -97,7 +91,7 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
         compacted = compact(base, seen, "during-compact")  # its summary held in memory
         health = httpx.get(f"{base}/healthz", timeout=ANSWER_BOUND_S)
         ready = httpx.get(f"{base}/readyz", timeout=ANSWER_BOUND_S)
-        up_during = metric(base, "context_proxy_store_up")
+        up_during = metric(scrape(base), "context_proxy_store_up")
     finally:
         forwarder.heal() if outage == "partition" else forwarder.up()
     assert [r.status_code for r in served] == [200, 200, 200]
@@ -123,8 +117,8 @@ def test_seen_keys_are_served_through_an_outage_and_its_writes_land_after(
     assert sorted(r[0] for r in stored) == sorted(keys)
     assert dividers == [(divider,)]  # acknowledged during the outage, written on its return
     assert sorted((r[0], r[1]) for r in usage) == sorted((k, 1) for k in keys)
-    assert metric(base, "context_proxy_store_up") == 1
-    assert metric(base, "context_proxy_store_writes_queued") == 0
+    assert metric(scrape(base), "context_proxy_store_up") == 1
+    assert metric(scrape(base), "context_proxy_store_writes_queued") == 0
 
 
 def test_the_suite_run_uses_the_store_it_was_asked_for(harness: Harness,

@@ -286,7 +286,7 @@ def defines_code(path: Path) -> bool:
                for n in ast.walk(ast.parse(path.read_text())))
 
 
-def test_file_candidates(module: str, path: Path) -> list[Path]:
+def unit_test_paths(module: str, path: Path) -> list[Path]:
     """Where ``module``'s unit test may live: the mirror path, or the one with its package's
     name first (for a name another package's module also has)."""
     parts = module.split(".")[1:]
@@ -334,9 +334,9 @@ def unit_test_problems(modules: Mapping[str, Path]) -> list[str]:
     for name, path in sorted(modules.items()):
         if not defines_code(path):
             continue
-        found = [c for c in test_file_candidates(name, path) if c.exists()]
+        found = [c for c in unit_test_paths(name, path) if c.exists()]
         if not found:
-            wanted = test_file_candidates(name, path)[0].relative_to(ROOT)
+            wanted = unit_test_paths(name, path)[0].relative_to(ROOT)
             problems.append(f"{name}: no unit test file ({wanted})")
             continue
         test = found[0]
@@ -381,7 +381,7 @@ PENDING = frozenset({
 def test_every_module_has_a_unit_test_file_that_leaves_the_proxy_unstarted() -> None:
     problems = unit_test_problems(MODULES)
     assert [p for p in problems if p.split(":")[0] not in PENDING] == []
-    assert PENDING <= {p.split(":")[0] for p in problems}  # a module done leaves the set
+    assert {p.split(":")[0] for p in problems} >= PENDING  # a module done leaves the set
 
 
 def test_a_module_without_its_unit_test_file_is_found() -> None:
@@ -389,9 +389,9 @@ def test_a_module_without_its_unit_test_file_is_found() -> None:
              "proxy.no_such_module": ROOT / "proxy" / "store" / "leases.py"}
     assert unit_test_problems(known) == [
         "proxy.no_such_module: no unit test file (tests/test_no_such_module.py)"]
-    assert test_file_candidates("proxy.upstream.relay", ROOT / "proxy/upstream/relay.py") == [
+    assert unit_test_paths("proxy.upstream.relay", ROOT / "proxy/upstream/relay.py") == [
         ROOT / "tests/upstream/test_relay.py", ROOT / "tests/upstream/test_upstream_relay.py"]
-    assert test_file_candidates("proxy.store", ROOT / "proxy/store/__init__.py") == [
+    assert unit_test_paths("proxy.store", ROOT / "proxy/store/__init__.py") == [
         ROOT / "tests/store/test_store.py"]
 
 

@@ -356,10 +356,10 @@ def unit_test_problems(modules: Mapping[str, Path]) -> list[str]:
 PENDING = frozenset({
     "proxy.apis.base", "proxy.apis.calls", "proxy.apis.messages", "proxy.apis.responses",
     "proxy.app", "proxy.auth", "proxy.cli", "proxy.cli.demo_serve", "proxy.cli.parser",
-    "proxy.cli.policy", "proxy.cli.recall_audit", "proxy.cli.shutdown_log", "proxy.cli.startup",
-    "proxy.console", "proxy.console.chart", "proxy.console.pages", "proxy.console.policy",
-    "proxy.console.queries", "proxy.console.session", "proxy.console.signouts",
-    "proxy.console.throttle", "proxy.console.views", "proxy.console.web", "proxy.context.adapters",
+    "proxy.cli.policy", "proxy.cli.shutdown_log", "proxy.cli.startup", "proxy.console",
+    "proxy.console.chart", "proxy.console.pages", "proxy.console.policy", "proxy.console.queries",
+    "proxy.console.session", "proxy.console.signouts", "proxy.console.throttle",
+    "proxy.console.views", "proxy.console.web", "proxy.context.adapters",
     "proxy.context.adapters.cleared", "proxy.context.api_summarizer", "proxy.context.checked",
     "proxy.context.compaction", "proxy.context.deferred", "proxy.context.flights",
     "proxy.context.hourly", "proxy.context.job", "proxy.context.learned", "proxy.context.manual",
@@ -369,11 +369,11 @@ PENDING = frozenset({
     "proxy.context.token_formula", "proxy.context.usage", "proxy.errors", "proxy.http.access",
     "proxy.http.admin", "proxy.http.apis", "proxy.http.chat", "proxy.http.conversations",
     "proxy.http.forward", "proxy.http.middleware", "proxy.http.ops", "proxy.http.parse",
-    "proxy.http.relay", "proxy.http.rerank", "proxy.http.responses_ws", "proxy.rerank.audit",
-    "proxy.rerank.order", "proxy.rerank.service", "proxy.state", "proxy.testing.agent",
-    "proxy.testing.agent_model", "proxy.testing.cost", "proxy.testing.fake_events",
-    "proxy.testing.faults", "proxy.testing.forwarder", "proxy.testing.harness",
-    "proxy.testing.prompt_cache", "proxy.testing.replicas", "proxy.testing.strict_responses",
+    "proxy.http.relay", "proxy.http.rerank", "proxy.http.responses_ws", "proxy.state",
+    "proxy.testing.agent", "proxy.testing.agent_model", "proxy.testing.cost",
+    "proxy.testing.fake_events", "proxy.testing.faults", "proxy.testing.forwarder",
+    "proxy.testing.harness", "proxy.testing.prompt_cache", "proxy.testing.replicas",
+    "proxy.testing.strict_responses",
 })
 
 

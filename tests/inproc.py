@@ -6,7 +6,7 @@ from memory). For unit tests of the handlers and the modules they reach."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,14 @@ def settings_for(tmp_path: Path, upstream_url: str, database_url: str | None = N
 
 
 @asynccontextmanager
-async def started(settings: Settings) -> AsyncIterator[web.Application]:
-    """The application with its start-up run (and its shutdown and clean-up after)."""
+async def started(settings: Settings,
+                  prepare: Callable[[web.Application], None] | None = None
+                  ) -> AsyncIterator[web.Application]:
+    """The application (``prepare``d, as ``serve`` adds to it) with its start-up run, and its
+    shutdown and clean-up after."""
     app = create_app(settings)
+    if prepare is not None:
+        prepare(app)
     app.on_startup.freeze()  # as aiohttp's runner does: start-up first, then the app frozen
     await app.startup()
     app.freeze()

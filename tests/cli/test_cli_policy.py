@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
+from proxy.cli.policy import parse_assignments
 
 TRIGGER = "compaction.trigger_ratio"
 
@@ -105,3 +106,12 @@ def test_validate(tmp_path: Path, cli: Any) -> None:
     assert out.returncode == 1 and "defaults.masking.keep_recent" in out.stderr
     out = cli(tmp_path, "validate", str(tmp_path / "missing"))
     assert out.returncode == 1 and "not a folder" in out.stderr
+
+
+def test_assignments_are_read_as_yaml() -> None:
+    assert parse_assignments(["a.b=0.7", "c=[x, y]", "d=null", "e = true", "f="]) == {
+        "a.b": 0.7, "c": ["x", "y"], "d": None, "e": True, "f": None}
+    for bad, says in (("novalue", "FIELD=VALUE"), ("=1", "FIELD=VALUE"),
+                      ("a=[open", "not valid YAML")):
+        with pytest.raises(ValueError, match=says):
+            parse_assignments([bad])

@@ -366,10 +366,7 @@ PENDING = frozenset({
     "proxy.context.token_formula", "proxy.context.usage", "proxy.http.access", "proxy.http.admin",
     "proxy.http.apis", "proxy.http.chat", "proxy.http.conversations", "proxy.http.forward",
     "proxy.http.middleware", "proxy.http.ops", "proxy.http.parse", "proxy.http.relay",
-    "proxy.http.rerank", "proxy.http.responses_ws", "proxy.testing.agent",
-    "proxy.testing.agent_model", "proxy.testing.cost", "proxy.testing.fake_events",
-    "proxy.testing.faults", "proxy.testing.forwarder", "proxy.testing.harness",
-    "proxy.testing.prompt_cache", "proxy.testing.replicas", "proxy.testing.strict_responses",
+    "proxy.http.rerank", "proxy.http.responses_ws",
 })
 
 

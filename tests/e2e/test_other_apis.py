@@ -190,3 +190,22 @@ def test_manual_compaction_on_each_api(make_harness: Callable[..., Harness], api
     assert len(listed) < len(turns) and listed[-1] == turns[-1]
     assert h.fake.api_requests(f"/v1/{api}", summaries=True)  # the summary in the same API
     assert h.fake.refusals() == []
+
+
+def test_the_fake_answers_count_tokens_and_records_its_refusals(
+        make_harness: Callable[..., Harness]) -> None:
+    h = make_harness(fake=FakeUpstream())
+    base = h.fake.base_url
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
+    counted = requests.post(f"{base}/messages/count_tokens", json=body)
+    assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
+    refused = requests.post(f"{base}/messages", json={"model": "m"})
+    assert refused.status_code == 400
+    assert [(r.path, r.status) for r in h.fake.requests] == [
+        ("/v1/messages/count_tokens", 200), ("/v1/messages", 400)]
+    assert "max_tokens" in (h.fake.requests[-1].error or "")
+    # The proxy relays count_tokens to the Anthropic upstream; its answers are recorded.
+    via = requests.post(f"{h.base_url}/messages/count_tokens", json=body,
+                     headers={"x-api-key": h.create_key("acme")})
+    assert via.status_code == 200, via.text
+    assert h.answers[-1].path == "/v1/messages/count_tokens" and h.answers[-1].status == 200

@@ -131,6 +131,7 @@ async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenA
 
 
 # The admin console's fixtures (start_console, console, browser, page) live with its helpers;
-# those of the application in process (console_app, signed_in) with theirs.
+# those of the application in process (make_app, fake_upstream, console_app, signed_in) with
+# theirs.
 from console_support import browser, console, page, start_console  # noqa: E402, F401
-from inproc import console_app, signed_in  # noqa: E402, F401
+from inproc import console_app, fake_upstream, make_app, signed_in  # noqa: E402, F401

@@ -177,10 +177,13 @@ async def fake_upstream() -> AsyncIterator[FakeUpstream]:
 async def make_app(tmp_path: Path, database_url: str | None, fake_upstream: FakeUpstream
                    ) -> AsyncIterator[Callable[..., Awaitable[web.Application]]]:
     """``await make_app(**env)``: the application in front of ``fake_upstream``, started in
-    process (``env``: more ``CONTEXT_PROXY_*`` variables), cleaned up after the test."""
+    process (``env``: more ``CONTEXT_PROXY_*`` variables; ``platform``: a platform config of
+    its own), cleaned up after the test."""
     async with AsyncExitStack() as stack:
-        async def make(**env: str) -> web.Application:
-            settings = settings_for(tmp_path, fake_upstream.base_url, database_url, env=env)
+        async def make(platform: PlatformConfig | None = None, **env: str) -> web.Application:
+            extra = {} if platform is None else {"platform": platform}
+            settings = settings_for(tmp_path, fake_upstream.base_url, database_url, env=env,
+                                    **extra)
             return await stack.enter_async_context(started(settings))
 
         yield make

@@ -361,9 +361,6 @@ PENDING = frozenset({
     "proxy.context.prepare", "proxy.context.prepared", "proxy.context.report",
     "proxy.context.stages.inputs", "proxy.context.stages.plan", "proxy.context.stages.scope",
     "proxy.context.stages.summary", "proxy.context.token_formula", "proxy.context.usage",
-    "proxy.http.access", "proxy.http.admin", "proxy.http.apis", "proxy.http.chat",
-    "proxy.http.conversations", "proxy.http.forward", "proxy.http.middleware", "proxy.http.ops",
-    "proxy.http.parse", "proxy.http.relay", "proxy.http.rerank", "proxy.http.responses_ws",
 })
 
 

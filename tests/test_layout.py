@@ -23,7 +23,7 @@ STAGE_FORBIDDEN = (
     "proxy.store", "proxy.upstream", "proxy.http", "proxy.metrics", "proxy.context.offload",
     "proxy.context.records", "proxy.context.service", "proxy.context.summarizer",
     "proxy.context.window", "proxy.state", "proxy.app",
-    "aiohttp", "asyncio", "sqlite3", "sqlite_utils", "prometheus_client", "litellm",
+    "aiohttp", "asyncio", "sqlite3", "prometheus_client", "litellm",
 )
 
 

@@ -79,7 +79,7 @@ async def run(args: argparse.Namespace) -> int:
         f"{platform.python_version()}, aiohttp {aiohttp.__version__}"
         f"{', quick' if args.quick else ''}")
     say(f"small request: 50 messages + 4 tool schemas, {len(bodies[False]):,} bytes, "
-        f"{tokens if tokens is not None else '?'} tokens (o200k_base, proxy.context.tokens); "
+        f"{tokens if tokens is not None else '?'} tokens (o200k_base, the proxy's counter); "
         f"the fake streams 4 content chunks + finish + usage + [DONE], "
         f"{args.chunk_delay_ms:g} ms apart")
     if grow is not None:

@@ -87,8 +87,8 @@ class _Req:
 async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, float, float]:
     """(median ns per auth + resolve, median ns per resolve alone, ms per full reload)."""
     from proxy.auth import Authenticator
+    from proxy.policy.live import PolicyService
     from proxy.policy.platform import PlatformConfig
-    from proxy.policy.service import PolicyService
 
     store = Store(db)
     try:

@@ -15,17 +15,18 @@ from aiohttp import web
 
 from proxy import console
 from proxy.auth import Authenticator
-from proxy.context.api_summarizer import api_summarizers
 from proxy.context.checked import CheckedLists
-from proxy.context.learned import LearnedWindows
-from proxy.context.records import Records
-from proxy.context.service import ContextService, upstream_summarizers
-from proxy.context.tokens import TokenCounter
-from proxy.context.window import WindowResolver
-from proxy.http import admin, apis, chat, conversations, ops, relay, rerank, responses_ws
+from proxy.context.managed import ContextService, upstream_summarizers
+from proxy.context.records.compactions import Records
+from proxy.context.records.learned import LearnedWindows
+from proxy.context.summary.in_api import api_summarizers
+from proxy.context.tokens.counter import TokenCounter
+from proxy.context.tokens.window import WindowResolver
+from proxy.http import admin, apis, chat, conversations, ops, passthrough, rerank
 from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
+from proxy.http.websocket import responses_ws
 from proxy.metrics import Metrics
-from proxy.policy.service import PolicyService
+from proxy.policy.live import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
@@ -157,7 +158,7 @@ def create_app(settings: Settings) -> web.Application:
     rerank.add_routes(app)
     responses_ws.add_routes(app)  # before apis: its GET /v1/responses is the upgrade
     apis.add_routes(app)
-    relay.add_routes(app)  # the catch-all: last of the /v1 routes
+    passthrough.add_routes(app)  # the catch-all: last of the /v1 routes
     if settings.admin_token:  # no token: the admin API does not exist (plain 404)
         admin.add_routes(app)
         console.add_routes(app, settings.admin_token)

@@ -21,8 +21,9 @@ STAGES = "proxy.context.stages"
 # network, and the context modules that wrap them.
 STAGE_FORBIDDEN = (
     "proxy.store", "proxy.upstream", "proxy.http", "proxy.metrics", "proxy.context.offload",
-    "proxy.context.records", "proxy.context.service", "proxy.context.summarizer",
-    "proxy.context.window", "proxy.state", "proxy.app",
+    "proxy.context.records.compactions", "proxy.context.managed",
+    "proxy.context.summary.summarizer",
+    "proxy.context.tokens.window", "proxy.state", "proxy.app",
     "aiohttp", "asyncio", "sqlite3", "prometheus_client", "litellm",
 )
 
@@ -265,6 +266,46 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     assert found == ["proxy.store.rows imports proxy.http.parse"]
 
 
+MAX_MODULES_PER_FOLDER = 12
+
+
+def crowded_folders(root: Path = ROOT) -> dict[str, int]:
+    """Package folders with more than ``MAX_MODULES_PER_FOLDER`` modules at one level
+    (``__init__.py`` and ``__main__.py`` aside)."""
+    counts = Counter(str(p.parent.relative_to(root)) for p in (root / "proxy").rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    return {folder: n for folder, n in sorted(counts.items()) if n > MAX_MODULES_PER_FOLDER}
+
+
+def shared_module_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module basenames used in more than one folder of ``proxy`` (a reader, a traceback or a
+    grep then has to ask which ``service.py`` is meant)."""
+    where: dict[str, list[str]] = {}
+    for p in sorted((root / "proxy").rglob("*.py")):
+        if p.name not in ("__init__.py", "__main__.py"):
+            where.setdefault(p.name, []).append(str(p.relative_to(root)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_package_folder_is_crowded() -> None:
+    assert crowded_folders() == {}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_module_names() == {}
+
+
+def test_crowding_and_shared_names_are_found(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / "proxy" / folder).mkdir(parents=True)
+        (tmp_path / "proxy" / folder / "service.py").write_text("")
+    for i in range(MAX_MODULES_PER_FOLDER):
+        (tmp_path / "proxy" / "a" / f"m{i}.py").write_text("")
+    assert crowded_folders(tmp_path) == {"proxy/a": MAX_MODULES_PER_FOLDER + 1}
+    assert shared_module_names(tmp_path) == {
+        "service.py": ["proxy/a/service.py", "proxy/b/service.py"]}
+
+
 # --- a unit test file per module ----------------------------------------------------------------
 # Every module that defines a function or a class has a test file of its own, at the mirror of
 # its path (``proxy/a/b.py``: ``tests/a/test_b.py``; a package's ``__init__.py``:
@@ -329,7 +370,22 @@ def serving_fixtures(source: str) -> set[str]:
     return asked & SERVING_FIXTURES
 
 
+def _file_problems(name: str, test: Path, modules: Mapping[str, Path]) -> list[str]:
+    """Why ``test`` is not ``name``'s unit test file (none: it is)."""
+    source = test.read_text()
+    imported = imports_of(source, test.stem, False, modules)
+    where = test.relative_to(ROOT)
+    problems = [] if name in imported else [f"{name}: {where} does not import it"]
+    serving = sorted({i for i in imported if _forbidden(i, SERVES_THE_PROXY) and i != name}
+                     | serving_fixtures(source))
+    if serving:
+        problems.append(f"{name}: {where} starts the proxy ({', '.join(serving)})")
+    return problems
+
+
 def unit_test_problems(modules: Mapping[str, Path]) -> list[str]:
+    """For each module with code: no file at its test paths, or none that is its unit test
+    file (the first path's problems are reported)."""
     problems = []
     for name, path in sorted(modules.items()):
         if not defines_code(path):
@@ -339,16 +395,9 @@ def unit_test_problems(modules: Mapping[str, Path]) -> list[str]:
             wanted = unit_test_paths(name, path)[0].relative_to(ROOT)
             problems.append(f"{name}: no unit test file ({wanted})")
             continue
-        test = found[0]
-        source = test.read_text()
-        imported = imports_of(source, test.stem, False, modules)
-        where = test.relative_to(ROOT)
-        if name not in imported:
-            problems.append(f"{name}: {where} does not import it")
-        serving = sorted({i for i in imported if _forbidden(i, SERVES_THE_PROXY) and i != name}
-                         | serving_fixtures(source))
-        if serving:
-            problems.append(f"{name}: {where} starts the proxy ({', '.join(serving)})")
+        each = [_file_problems(name, test, modules) for test in found]
+        if all(each):
+            problems += each[0]
     return problems
 
 

@@ -12,9 +12,9 @@ from inproc import settings_for, started
 
 from proxy.auth import Authenticator
 from proxy.context.checked import CheckedLists
-from proxy.context.service import ContextService
+from proxy.context.managed import ContextService
 from proxy.metrics import Metrics
-from proxy.policy.service import PolicyService
+from proxy.policy.live import PolicyService
 from proxy.state import SETTINGS, STATE, ProxyState
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream

@@ -135,7 +135,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 def cmd_dividers(args: argparse.Namespace) -> int:
     """The conversation's dividers, as ``GET /v1/conversations/{id}/dividers`` answers them."""
     from proxy.context.identity import conversation_key
-    from proxy.context.records import Records
+    from proxy.context.records.compactions import Records
 
     key = conversation_key(args.org, args.conversation)
     with _store(args) as store:
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--org", required=True, help="the organization that owns it")
     dv.add_argument("conversation", help="the conversation id (X-Conversation-Id or fp-…)")
     dv.set_defaults(fn=cmd_dividers)
-    from proxy.cli.policy import add_policy_commands
+    from proxy.cli.policy_commands import add_policy_commands
 
     add_policy_commands(sub)
     return p

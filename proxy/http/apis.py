@@ -16,9 +16,10 @@ from typing import Any
 from aiohttp import web
 
 from proxy.apis import ADAPTED, calls
-from proxy.apis.base import Api
+from proxy.apis.api import Api
 from proxy.auth import Principal
-from proxy.context import manual, overhead
+from proxy.context import manual
+from proxy.context.accounting import overhead
 from proxy.context.adapters import Adapted, AdapterError
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport

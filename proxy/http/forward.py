@@ -4,7 +4,7 @@ on a context-length refusal that compaction can help with, relay the answer with
 
 What differs by API travels in a ``Leg`` (where it goes, how the proxy's own errors are shaped,
 how the answer is checked and its usage read); where a good answer goes, in a ``Sink``: the HTTP
-response (``HttpSink``) or a Responses WebSocket (``proxy.http.responses_ws``).
+response (``HttpSink``) or a Responses WebSocket (``proxy.http.websocket.responses_ws``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
-from proxy.context import overhead
+from proxy.context.accounting import overhead
+from proxy.context.accounting.money import Money
 from proxy.context.job import Job
-from proxy.context.money import Money
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError
 from proxy.state import ProxyState

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from proxy.apis import APIS
-from proxy.context import overhead
+from proxy.context.accounting import overhead
 from proxy.errors import ApiError
 from proxy.state import STATE
 

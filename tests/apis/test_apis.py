@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from proxy.apis import ADAPTED, APIS, chat, messages, responses
+from proxy.apis import ADAPTED, APIS, chat_completions, messages, responses
 from proxy.errors import ApiError
 from proxy.http.apis import add_routes
 from proxy.upstream.usage import UpstreamUsage
@@ -23,16 +23,17 @@ def test_the_registry_names_each_api_once() -> None:
 
 
 def test_chat_completions_are_read_as_they_are_and_report_usage_as_openai_does() -> None:
-    assert chat.API.read is None and chat.API.summary_body is None
-    assert chat.API.usage(b'{"usage": {"prompt_tokens": 90, "completion_tokens": 7, '
-                          b'"prompt_tokens_details": {"cached_tokens": 64, '
-                          b'"cache_write_tokens": 16}}}') == UpstreamUsage(90, 64, 16, 7)
+    assert chat_completions.API.read is None and chat_completions.API.summary_body is None
+    assert chat_completions.API.usage(
+        b'{"usage": {"prompt_tokens": 90, "completion_tokens": 7, '
+        b'"prompt_tokens_details": {"cached_tokens": 64, '
+        b'"cache_write_tokens": 16}}}') == UpstreamUsage(90, 64, 16, 7)
 
 
 def test_errors_in_each_apis_shape() -> None:
     err = ApiError(400, "bad", code="x").response()
     assert json.loads(messages.API.shape(err).body)["type"] == "error"  # type: ignore[arg-type]
-    assert responses.API.shape(err) is err and chat.API.shape(err) is err
+    assert responses.API.shape(err) is err and chat_completions.API.shape(err) is err
 
 
 def test_a_fourth_api_is_one_more_route() -> None:

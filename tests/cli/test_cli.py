@@ -14,7 +14,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.context.identity import conversation_key
-from proxy.context.records import Records
+from proxy.context.records.compactions import Records
 from proxy.store import Store
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from proxy.console import queries
-from proxy.context.hourly import hour_of
+from proxy.context.records.hourly import hour_of
 from proxy.store import Store, Tx
 
 NOW = 1_700_003_700.0

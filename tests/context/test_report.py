@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from proxy.context.records import CompactionRecord
+from proxy.context.records.compactions import CompactionRecord
 from proxy.context.report import ContextReport
 
 DIVIDER = CompactionRecord("div_1", "acme:t", 1, 0.0, "auto", "h", 12, (0,), "S", "m", 40,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from proxy.testing.fake_apis import RESPONSES
+from proxy.testing.fake.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 from proxy.testing.scrape import metric, scrape

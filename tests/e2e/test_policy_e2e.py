@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from proxy.cli import main
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from proxy.store import Store
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.faults import Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 2.0

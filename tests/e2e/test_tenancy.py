@@ -9,7 +9,7 @@ import pytest
 from factories import seed_steps_platform
 
 from proxy.context.stages.mask import spill_id
-from proxy.context.stages.messages import is_summary
+from proxy.context.stages.shared import is_summary
 from proxy.testing import agent
 from proxy.testing.fake_upstream import FakeUpstream
 

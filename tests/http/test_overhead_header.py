@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import openai
 
-from proxy.context import overhead
+from proxy.context.accounting import overhead
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
 from proxy.testing.fake_upstream import FakeUpstream

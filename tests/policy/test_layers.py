@@ -19,10 +19,10 @@ from proxy.policy.layers import (
     field_states,
     view_json,
 )
+from proxy.policy.live import PolicyService
 from proxy.policy.model import FIELDS, ProtectedRule
 from proxy.policy.platform import PlatformConfig, load_policies, parse_platform
 from proxy.policy.rows import load_snapshot, write_layer
-from proxy.policy.service import PolicyService
 from proxy.store import Store
 
 TRIGGER = "compaction.trigger_ratio"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from proxy.metrics import Metrics
+from proxy.policy.live import PolicyService
 from proxy.policy.platform import load_policies
-from proxy.policy.service import PolicyService
 from proxy.policy.watch import CONTENT_EVERY, FolderWatcher, watch
 from proxy.testing.scrape import metric
 

@@ -100,7 +100,7 @@ def test_scores_follow_final_rank() -> None:
     assert relevance_scores(0) == []
 
 
-# --- acceptance 2: for any input and any answer, a permutation; the tail keeps input order ---
+# --- for any input and any answer, a permutation; the tail keeps input order ---
 
 _answers = st.one_of(
     st.none(),

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from proxy.context.stages.ordering import ordering_problems
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 from proxy.testing.agent import AgentSpec
 

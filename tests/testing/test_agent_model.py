@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent_model
 from proxy.testing.agent_model import AgentModel, fact, fact_summarizer, file_text
 

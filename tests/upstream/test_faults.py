@@ -14,8 +14,8 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.testing.fake.faults import HUGE_CHARS
 from proxy.testing.fake_upstream import FakeUpstream, Fault
-from proxy.testing.faults import HUGE_CHARS
 from proxy.testing.harness import Harness
 from proxy.upstream.answers import (
     EventCheck,

@@ -18,8 +18,8 @@ from proxy.context.stages.compact import CompactionPlan, plan_compaction, summar
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
 from proxy.context.stages.mask import trigger_tokens as mask_trigger
-from proxy.context.stages.messages import as_dicts, prefix_hash
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import as_dicts, prefix_hash
 from proxy.policy.model import Policy
 
 Action = Literal["forward", "summarize", "insufficient"]

@@ -11,7 +11,7 @@ from typing import Any
 from proxy.context.adapters.cleared import cleared_arguments
 from proxy.context.stages.inputs import call_sites, clear_calls
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
 
 COUNTER = TokenCounter()

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from factories import agent_session, assistant, user
 
-from proxy.context.stages.messages import is_summary, prefix_hash
 from proxy.context.stages.plan import apply_prior, kept_tokens, plan, previous_point
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.shared import is_summary, prefix_hash
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import Policy
 
 COUNTER = TokenCounter()

@@ -5,8 +5,8 @@ request's tools."""
 from __future__ import annotations
 
 from proxy.context.stages.scope import Scope
-from proxy.context.token_formula import REPLY_PRIMING
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
+from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.policy.model import Policy
 from proxy.testing.agent import TOOLS
 

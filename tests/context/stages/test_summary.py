@@ -15,7 +15,7 @@ from proxy.context.stages.summary import (
     render_transcript,
     summary_prompts,
 )
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 
 COUNTER = TokenCounter()
 

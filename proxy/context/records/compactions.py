@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.context.once import Once
 from proxy.context.records.deferred import DeferredWrites, Lost, _no_count
 from proxy.context.records.hourly import HourlyUsage
 from proxy.context.stages.mask import Spill
@@ -100,6 +101,7 @@ class Records:
         self._usage: OrderedDict[str, Usage | None] = OrderedDict()
         self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._known: OrderedDict[str, None] = OrderedDict()
+        self._refreshing, self._ensuring = Once(), Once()
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
         self._pending: dict[tuple[str, str, str], list[float]] = {}
         self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
@@ -126,7 +128,8 @@ class Records:
         if not self.shared and conversation in self._latest and conversation in self._usage:
             return
         with contextlib.suppress(StoreUnavailable):  # managed from memory meanwhile
-            await self._refresh(conversation)
+            # Concurrent requests of one conversation share one read.
+            await self._refreshing.run(conversation, lambda: self._refresh(conversation))
 
     async def _refresh(self, conversation: str) -> None:
         row = await self.store.run(self.store.read_one, _FRESH, [conversation, conversation])
@@ -136,6 +139,7 @@ class Records:
             return
         usage = Usage(row[0], row[1]) if row[0] and row[1] else None
         self._remember(self._usage, conversation, usage)
+        self._remember(self._known, conversation, None)  # stored: ``ensure`` has nothing to do
         cached = self._latest.get(conversation)
         if row[2] is None:
             if cached is None:  # (one made here while the row was read is kept)
@@ -178,8 +182,13 @@ class Records:
             "SELECT 1 FROM conversations WHERE id = ?", [conversation]) is not None
 
     async def ensure(self, org: str, conversation: str) -> None:
-        """Record that the conversation exists (once per process, not once per turn)."""
-        if conversation in self._known:
+        """Record that the conversation exists (once per process, not once per turn, and once
+        for requests of a new conversation that arrive together)."""
+        if conversation not in self._known:
+            await self._ensuring.run(conversation, lambda: self._ensure(org, conversation))
+
+    async def _ensure(self, org: str, conversation: str) -> None:
+        if conversation in self._known:  # found while this caller waited for another's run
             return
         try:
             known = await self.store.run(self.exists, conversation)

@@ -92,3 +92,42 @@ def test_concurrent_flushes_of_replicas_lose_nothing(
     finally:
         for store in stores:
             store.close()
+
+
+def test_requests_of_a_new_conversation_arriving_together_share_its_reads_and_writes(
+        new_store: Callable[[str], Store]) -> None:
+    store = new_store("r.db")
+    hops: list[str] = []
+    run, write = store.run, store.write
+
+    async def counted_run(fn: Callable[..., object], *args: object, **kw: object) -> object:
+        hops.append("read")
+        return await run(fn, *args, **kw)  # type: ignore[arg-type]
+
+    async def counted_write(fn: Callable[..., object], *args: object, **kw: object) -> object:
+        hops.append("write")
+        return await write(fn, *args, **kw)  # type: ignore[arg-type]
+
+    store.run, store.write = counted_run, counted_write  # type: ignore[method-assign]
+    r = Records(store)
+
+    async def request() -> None:
+        await r.refresh("conv")
+        await r.ensure("acme", "conv")
+
+    async def together() -> None:
+        await asyncio.gather(*(request() for _ in range(12)))
+
+    asyncio.run(together())
+    assert r.exists("conv") and r.latest("conv") is None
+    assert sorted(hops) == ["read", "read", "write"]  # the row, whether it exists, the row
+    asyncio.run(request())  # a later request: all from memory
+    assert len(hops) == 3
+    # The conversation stored, a new process's first requests make one read together.
+    other, hops[:] = Records(store), []
+
+    async def first_requests() -> None:
+        await asyncio.gather(*(other.ensure("acme", "conv") for _ in range(5)))
+
+    asyncio.run(first_requests())
+    assert hops == ["read"]

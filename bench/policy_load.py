@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from proxy.store import Store, hash_key  # noqa: E402
+from proxy.store import Store  # noqa: E402
+from proxy.store.keys import hash_key  # noqa: E402
 
 ORGS = 1_000
 KEYS = 10_000

@@ -1,6 +1,7 @@
 """The store: every piece of state (keys, policy layers, conversations, compactions, spills,
 usage) behind one interface with two backends, SQLite (a file, the default) and PostgreSQL
-(``CONTEXT_PROXY_DATABASE_URL``, shared by replicas).
+(``CONTEXT_PROXY_DATABASE_URL``, shared by replicas), whose schema is the one migration list of
+``proxy.store.schema``. The keys are ``Store.keys`` (``proxy.store.keys``).
 
 Every statement the proxy runs goes through here: ``atomic(fn)`` runs ``fn(tx)`` in a write
 transaction, ``snapshot(fn)`` is a consistent read, ``read``/``read_one`` are indexed reads;
@@ -17,22 +18,19 @@ default deadline) fail at once, and it goes on from memory.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import secrets
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.store.base import Backend, Params, StoreUnavailable, Tx
 from proxy.store.health import StoreHealth
-from proxy.store.sqlite import MIGRATIONS, SqliteBackend, migrate
+from proxy.store.keys import Keys
+from proxy.store.schema import MIGRATIONS
+from proxy.store.sqlite import SqliteBackend, migrate
 
-__all__ = ["MIGRATIONS", "KeyRecord", "Store", "StoreUnavailable", "Tx", "begin_request",
-           "hash_key", "migrate"]
+__all__ = ["MIGRATIONS", "Store", "StoreUnavailable", "Tx", "begin_request", "migrate"]
 
 T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
@@ -79,27 +77,8 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def is_database_url(target: Path | str) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    id: str
-    org: str
-    user: str | None
-    kind: str  # "proxy" (issued here) or "bound" (a passthrough key's hash bound to an org)
-    created_at: float
-    revoked_at: float | None
-
-
-def _key_record(row: Any) -> KeyRecord:
-    return KeyRecord(row["id"], row["org"], row["user"], row["kind"], row["created_at"],
-                     row["revoked_at"])
 
 
 def _open_backend(target: Path | str, pool_size: int) -> Backend:
@@ -129,7 +108,7 @@ class Store:
             max_workers=1, thread_name_prefix="store-aside")
         self.health = StoreHealth(self.backend.probe)
         self.deadline_s = DEADLINES_S.get(self.kind, 1.0)
-        self.key_writes = 0  # key writes by this process: the key cache looks at once
+        self.keys = Keys(self)
 
     @property
     def up(self) -> bool:
@@ -287,60 +266,3 @@ class Store:
         rows = self.read("SELECT name, value FROM meta WHERE name IN (?, ?)", VERSION_NAMES)
         found = {str(r[0]): int(r[1]) for r in rows}
         return {name: found.get(name, 0) for name in VERSION_NAMES}
-
-    def keys_version(self) -> int:
-        return self.versions()["keys_version"]
-
-    # --- keys -------------------------------------------------------------------------------
-
-    def _bump_keys_version(self, tx: Tx) -> None:
-        tx.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
-
-    def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
-        """Issue a proxy key; returns the record and the plaintext, which is never stored."""
-        plaintext = "cp-" + secrets.token_urlsafe(32)
-        return self._insert_key(plaintext, org, user, "proxy"), plaintext
-
-    def bind_key(self, plaintext: str, org: str, user: str | None = None) -> KeyRecord:
-        """Bind a client's own (passthrough) key, by hash, to an organization."""
-        return self._insert_key(plaintext, org, user, "bound")
-
-    def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
-        rec = KeyRecord("key_" + secrets.token_hex(6), org, user, kind, time.time(), None)
-
-        def insert(tx: Tx) -> None:
-            tx.execute('INSERT INTO keys (id, key_hash, org, "user", kind, created_at, '
-                       'revoked_at) VALUES (?, ?, ?, ?, ?, ?, NULL)',
-                       [rec.id, hash_key(plaintext), org, user, kind, rec.created_at])
-            self._bump_keys_version(tx)
-
-        self.atomic(insert)
-        self.key_writes += 1
-        return rec
-
-    def list_keys(self) -> list[KeyRecord]:
-        return [_key_record(r) for r in self.read("SELECT * FROM keys ORDER BY created_at")]
-
-    def revoke_key(self, key_id: str) -> bool:
-        def revoke(tx: Tx) -> bool:
-            cur = tx.execute("UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                             [time.time(), key_id])
-            if cur.rowcount > 0:
-                self._bump_keys_version(tx)
-            return cur.rowcount > 0
-
-        changed = self.atomic(revoke)
-        self.key_writes += 1 if changed else 0
-        return changed
-
-    def find_keys(self, key_hashes: list[str]) -> list[tuple[str, KeyRecord]]:
-        """(hash, record) of each of ``key_hashes`` that is stored."""
-        if not key_hashes:
-            return []
-        rows = self.read(f"SELECT * FROM keys WHERE key_hash IN "
-                         f"({', '.join('?' * len(key_hashes))})", key_hashes)
-        return [(r["key_hash"], _key_record(r)) for r in rows]
-
-    def find_key(self, key_hash: str) -> KeyRecord | None:
-        row = self.read_one("SELECT * FROM keys WHERE key_hash = ?", [key_hash])
-        return _key_record(row) if row else None

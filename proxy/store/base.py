@@ -116,11 +116,3 @@ def to_pyformat(sql: str) -> str:
             out.append("%%" if ch == "%" else ch)
     return "".join(out)
 
-
-# Tokens stored in the provider's prompt cache, and money (US dollars: spent upstream and what
-# the client's own requests would have cost without the proxy), per conversation and model and
-# per organization, user and hour. Migration 010_costs of both
-# backends.
-COST_COUNTS = {"usage_totals": ("cache_write_tokens", "summary_cache_write_tokens"),
-               "usage_hourly": ("cache_write_tokens",)}
-COST_MONEY = ("cost_spent_usd", "cost_without_usd")

@@ -109,7 +109,7 @@ class Replicas:
 
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
         assert self.store is not None
-        return self.store.create_key(org, user)[1]
+        return self.store.keys.create(org, user)[1]
 
     def kill(self, i: int) -> None:
         """SIGKILL replica ``i``: no shutdown, no release of what it held."""

@@ -283,10 +283,10 @@ def test_bad_stored_field_is_dropped_not_fatal(store: Store) -> None:
 def test_list_orgs_merges_sources(store: Store) -> None:
     store.atomic(write_layer, "beta", "bob", {TRIGGER: 0.7})
     store.atomic(write_layer, "gamma", None, {TRIGGER: 0.7})
-    store.create_key("delta")
-    store.create_key("gamma")
+    store.keys.create("delta")
+    store.keys.create("gamma")
     svc = PolicyService(platform("orgs: {acme: {users: {alice: {policy: {}}}}}"), store)
-    from proxy.policy.rows import key_counts
+    from proxy.store.keys import key_counts
 
     orgs = {o["org"]: o for o in svc.list_orgs(store.snapshot(key_counts))}
     assert list(orgs) == ["acme", "beta", "delta", "gamma"]

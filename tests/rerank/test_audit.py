@@ -1,25 +1,29 @@
-"""``context-proxy recall-audit``: a hand-computed tiny corpus, FTS5 escaping, and the shipped
-corpus run against the fake upstream's deterministic embeddings (directly and via the proxy)."""
+"""The recall audit (``proxy.rerank.audit``): a hand-computed tiny corpus, FTS5 escaping, the
+shipped corpus on the fake upstream's deterministic embeddings, the numpy search against a
+plain Python one, the progress bar, and embeddings fetched from the fake upstream (its command:
+``tests/cli/test_cli_recall_audit.py``)."""
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from proxy.cli import main
 from proxy.rerank.audit import (
+    AuditError,
     Progress,
     QueryResult,
     audit,
     cosine_ranking,
+    embed_texts,
     keyword_index,
     keyword_ranking,
     load_jsonl,
@@ -27,8 +31,7 @@ from proxy.rerank.audit import (
     rrf,
     unit_rows,
 )
-from proxy.testing.fake_upstream import embed
-from proxy.testing.harness import Harness
+from proxy.testing.fake_upstream import FakeUpstream, Fault, embed
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS, QUERIES = ROOT / "examples" / "corpus.jsonl", ROOT / "examples" / "queries.jsonl"
@@ -83,56 +86,6 @@ def test_match_expression_quotes_words() -> None:
 def test_bm25_prefers_the_rarer_term() -> None:
     texts = ["apple pie", "apple tart", "apple cake", "cherry pie"]
     assert keyword_ranking(keyword_index(texts), "cherry apple", 10)[0] == 3
-
-
-def _direct(k: int = 8, depth: int = 50) -> list[float]:
-    docs, queries = load_jsonl(CORPUS, "text"), load_jsonl(QUERIES, "query")
-    return [r.recall for r in audit([t for _, t in docs], [embed(t) for _, t in docs], queries,
-                                    [embed(q) for _, q in queries], k, depth)]
-
-
-def test_shipped_corpus_against_the_fake_upstream(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
-                 "--k", "8", "--fake-upstream", "--json", "--batch-size", "16"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["documents"] == 60 and len(report["queries"]) == 10
-    expected = _direct()
-    assert [q["recall"] for q in report["queries"]] == expected
-    assert report["overall"] == pytest.approx(sum(expected) / len(expected))
-    assert 0 < report["overall"] < 1  # the fusion moves some documents: a figure worth reading
-
-    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
-                 "--fake-upstream"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("recall@8: fused order (BM25 + semantic, RRF k=60, depth 50)")
-    assert "q01 " in out and "\noverall " in out
-
-
-def test_embeddings_through_the_proxy(make_harness, capsys: pytest.CaptureFixture[str]
-                                      ) -> None:
-    h: Harness = make_harness()
-    key = h.create_key("acme")
-    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
-                 "--upstream-url", h.base_url, "--api-key", key, "--json"]) == 0
-    assert [q["recall"] for q in json.loads(capsys.readouterr().out)["queries"]] == _direct()
-    calls = [r for r in h.fake.requests if r.path == "/v1/embeddings"]
-    assert len(calls) == 2 and len(calls[0].json["input"]) == 64  # batched
-
-
-def test_bad_input_and_unreachable_upstream(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b", "txt": "no"}\n')
-    assert main(["recall-audit", "--corpus", str(bad), "--queries", str(QUERIES),
-                 "--fake-upstream"]) == 2
-    assert f"{bad}:2: expected an object with a string 'text'" in capsys.readouterr().err
-    assert main(["recall-audit", "--corpus", str(tmp_path / "none.jsonl"), "--queries",
-                 str(QUERIES), "--fake-upstream"]) == 2
-    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
-                 "--k", "0", "--fake-upstream"]) == 2
-    assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
-                 "--upstream-url", "http://127.0.0.1:9/v1", "--api-key", "x"]) == 1
-    assert "embeddings request failed" in capsys.readouterr().err
 
 
 def test_progress_bar() -> None:
@@ -243,3 +196,37 @@ def test_the_proxy_starts_without_numpy() -> None:
                          cwd=ROOT, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "audit needs numpy"
+
+
+def test_load_jsonl_names_the_line_at_fault(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "text": "one"}\n\n{"text": "two"}\n')
+    assert load_jsonl(path, "text") == [("a", "one"), ("3", "two")]
+    for body, says in [("{oops\n", ":1: not valid JSON"), ('{"id": 1}\n', "string 'text'"),
+                       ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "appears twice"),
+                       ("\n", "no entries")]:
+        path.write_text(body)
+        with pytest.raises(AuditError, match=re.escape(says)):
+            load_jsonl(path, "text")
+    with pytest.raises(AuditError, match="cannot be read"):
+        load_jsonl(tmp_path / "none.jsonl", "text")
+
+
+async def test_embeddings_come_in_batches_from_the_upstream() -> None:
+    fake = FakeUpstream()
+    url = await fake.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            bar = Progress(5, "embedding", io.StringIO(), enabled=False)
+            vecs = await embed_texts(session, url, "sk-x", "m", ["a", "b c", "d", "e", "f"], 2,
+                                     bar)
+        assert vecs == [embed(t) for t in ["a", "b c", "d", "e", "f"]] and bar.done == 5
+        calls = [r for r in fake.requests if r.path == "/v1/embeddings"]
+        assert [len(r.json["input"]) for r in calls] == [2, 2, 1]
+        assert calls[0].headers["Authorization"] == "Bearer sk-x"
+        fake.faults.append(Fault(status=500, path="/v1/embeddings"))
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(AuditError, match="answered 500"):
+                await embed_texts(session, url, None, "m", ["a"], 2, bar)
+    finally:
+        await fake.stop()

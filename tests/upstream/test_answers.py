@@ -1,13 +1,24 @@
-"""``EventCheck`` judges a block of CR-free lines whole; that must decide exactly what judging
-them one line at a time decides: the bytes let through, where a bad line stops the stream,
-whether an event is left open, and which lines the usage scanner sees."""
+"""Judging upstream answers (``proxy.upstream.answers``): the status an unusable error body is
+answered with, what counts as a chat completion and as a bad SSE data line, and ``EventCheck``,
+which judges a block of CR-free lines whole and must decide exactly what judging them one line
+at a time decides: the bytes let through, where a bad line stops the stream, whether an event
+is left open, and which lines the usage scanner sees."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.upstream.answers import EventCheck, ends_stream
+from proxy.upstream.answers import (
+    EventCheck,
+    ends_stream,
+    error_status,
+    is_bad_data_line,
+    is_json,
+    unusable_completion,
+    unusable_error,
+)
 from proxy.upstream.usage import UsageScanner
 
 LINES = [b'data: {"choices":[{"delta":{"content":"hi"}}]}', b"", b": keep-alive",
@@ -89,3 +100,57 @@ def test_each_form_of_a_final_event_ends_the_stream() -> None:
     assert ends_stream(b"event: message_stop", (b"message_stop",))
     assert not ends_stream(b"id: message_stop", (b"message_stop",))
     assert not ends_stream(b'data: ["message_stop"]', (b"message_stop",))
+
+
+@pytest.mark.parametrize(("status", "answered"), [
+    (400, 400), (401, 401), (404, 404), (429, 429), (500, 502), (501, 502), (502, 502),
+    (503, 503), (504, 504), (599, 502)])
+def test_an_unusable_error_keeps_4xx_503_and_504_and_turns_other_5xx_into_502(
+        status: int, answered: int) -> None:
+    assert error_status(status) == answered
+
+
+def test_a_json_error_body_is_relayed_and_any_other_is_replaced() -> None:
+    assert unusable_error(500, b'{"error": {"message": "x"}}', "text/plain", False) is None
+    html = unusable_error(500, b"<html>boom</html>", "text/html; charset=utf-8", False)
+    assert html is not None and (html.status, html.code, html.type) == (
+        502, "upstream_non_json_error", "upstream_error")
+    assert html.message == "The upstream answered 500 with a non-JSON body (text/html)."
+    empty = unusable_error(429, b"", "", False)
+    assert empty is not None and (empty.status, empty.type) == (429, "rate_limit_error")
+    assert empty.message == "The upstream answered 429 with an empty body."
+    odd = unusable_error(400, b"x", "not a media type at all", False)
+    assert odd is not None and odd.message.endswith("a non-JSON body.")
+
+
+def test_an_encoded_error_body_is_judged_by_its_content_type() -> None:
+    assert unusable_error(500, b"\x1f\x8b...", "application/problem+json", True) is None
+    assert unusable_error(500, b"\x1f\x8b...", "text/html", True) is not None
+
+
+def test_a_200_answer_must_be_a_chat_completion() -> None:
+    assert unusable_completion(b'{"choices": []}') is None
+    for body, what in [(b'{"choices": [', "a body that is not JSON"),
+                       (b'{"id": "x"}', "JSON that is not a chat completion"),
+                       (b"[1, 2]", "JSON that is not a chat completion")]:
+        error = unusable_completion(body)
+        assert error is not None and (error.status, error.code) == (
+            502, "upstream_invalid_answer")
+        assert error.message == f"The upstream answered 200 with {what}."
+
+
+def test_json_and_bad_data_lines() -> None:
+    assert is_json(b'{"a": 1}') and is_json(b"12") and not is_json(b"") and not is_json(b"{")
+    assert not is_bad_data_line(b"data: [DONE]") and not is_bad_data_line(b'data: {"a":1}')
+    assert not is_bad_data_line(b"event: <html>") and not is_bad_data_line(b": comment")
+    assert is_bad_data_line(b"data: <html>") and is_bad_data_line(b"data:")
+
+
+def test_ends_stream_knows_the_event_not_a_mention_of_it() -> None:
+    names = (b"[DONE]", b"message_stop")
+    assert ends_stream(b"data: [DONE]", names)
+    assert ends_stream(b"event: message_stop", names)
+    assert ends_stream(b'data: {"type": "message_stop"}', names)
+    assert not ends_stream(b'data: {"type": "delta", "text": "message_stop"}', names)
+    assert not ends_stream(b"id: message_stop", names)
+    assert not ends_stream(b'data: {"type": "delta"}', names)

@@ -1,4 +1,5 @@
-"""Retrieval rerank, the pure part: plan, prompt, strict parse, fail-open merge, scores."""
+"""Retrieval rerank, the pure part (``proxy.rerank.order``): plan, prompt, strict parse, fail-open
+merge, scores."""
 
 from __future__ import annotations
 

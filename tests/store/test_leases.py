@@ -1,6 +1,6 @@
-"""What replicas share through the store besides rows of conversations: leases (one holder at a
-time, a dead holder's lease runs out) and the limits learned from upstream refusals. On both
-backends: two ``Store`` objects on one target stand for two processes."""
+"""Leases (``proxy.store.leases``): one holder at a time, a dead holder's lease runs out, a
+background job runs on one replica per period. On both backends: two ``Store`` objects on one
+target stand for two processes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from proxy.context.records.learned import LearnedWindows
-from proxy.context.tokens.window import WindowResolver
-from proxy.policy.model import Policy
 from proxy.store import Store, leases
 
 
@@ -59,42 +56,3 @@ async def test_a_background_job_runs_on_one_replica_per_period(two: tuple[Store,
     # A period of zero: the lease is over at once, the next tick may be anyone's.
     assert await leases.run_once(a, "short", 0, "replica-a")
     assert await leases.run_once(b, "short", 0, "replica-b")
-
-
-async def test_a_limit_learned_by_one_process_caps_the_others(two: tuple[Store, Store]) -> None:
-    a, b = two
-    policy = Policy(models={"my-llama": 32_768})
-    mine = WindowResolver(None, litellm_lookup=None, shared=LearnedWindows(a))
-    theirs = WindowResolver(None, litellm_lookup=None, shared=LearnedWindows(b, refresh_s=0))
-    assert await theirs.resolve("my-llama", policy) == (32_768, "policy")
-    await mine.learn_shared("my-llama", 16_000)
-    assert await theirs.resolve("my-llama", policy) == (16_000, "learned")
-    await theirs.learn_shared("my-llama", 20_000)  # higher: never loosens what is stored
-    await mine.learn_shared("my-llama", 12_000)
-    assert await theirs.resolve("my-llama", policy) == (12_000, "learned")
-    assert a.read_one("SELECT tokens FROM learned_windows WHERE model = 'my-llama'")[0] == 12_000
-
-
-async def test_a_stored_limit_counts_for_its_ttl_only(two: tuple[Store, Store]) -> None:
-    a, b = two
-    await LearnedWindows(a).save("my-llama", 8_000)
-    assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 8_000
-    assert await LearnedWindows(b, refresh_s=0, ttl_s=0).get("my-llama") is None
-    await LearnedWindows(a, ttl_s=0).save("my-llama", 20_000)  # the old one has run out
-    assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 20_000
-
-
-def test_a_start_on_sqlite_releases_what_earlier_processes_held(
-        tmp_path: Path, store_target: Callable[[str], Path | str],
-        database_url: str | None) -> None:
-    # On SQLite the starting process is the store's only one: a lease held by an earlier
-    # process (a restart mid-compaction) would only make requests wait for it to run out. On
-    # PostgreSQL other replicas may be alive: their leases stay.
-    from proxy.testing.harness import Harness
-
-    target = store_target("proxy.db")
-    before = Store(target)
-    assert before.atomic(leases.claim, "compaction c1 h1", 300, "an-earlier-process")
-    before.close()
-    with Harness(tmp_path) as h:
-        assert leases.held(h.state.store, "compaction c1 h1") == (database_url is not None)

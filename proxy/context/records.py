@@ -120,12 +120,17 @@ class Records:
         """The conversation's newest compaction as cached (``refresh`` loads it)."""
         return self._latest.get(conversation)
 
+    def is_fresh(self, conversation: str) -> bool:
+        """Whether the cached view of the conversation needs no read (``refresh`` would do
+        nothing): on a store this process alone writes, once it is loaded."""
+        return not self.shared and conversation in self._latest and conversation in self._usage
+
     async def refresh(self, conversation: str) -> None:
         """Load the conversation's latest compaction and usage into memory, and on a shared
         store bring them up to date (on SQLite, which this process alone writes, once). The
         reads run off the event loop; the caches are updated back on the loop's thread. With
         the store unreachable, what is cached stands."""
-        if not self.shared and conversation in self._latest and conversation in self._usage:
+        if self.is_fresh(conversation):
             return
         with contextlib.suppress(StoreUnavailable):  # managed from memory meanwhile
             # Concurrent requests of one conversation share one read.
@@ -180,6 +185,10 @@ class Records:
             return True
         return self.store.read_one(
             "SELECT 1 FROM conversations WHERE id = ?", [conversation]) is not None
+
+    def is_known(self, conversation: str) -> bool:
+        """Whether the conversation is known to be stored (``ensure`` has nothing to do)."""
+        return conversation in self._known
 
     async def ensure(self, org: str, conversation: str) -> None:
         """Record that the conversation exists (once per process, not once per turn, and once

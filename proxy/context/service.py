@@ -120,10 +120,13 @@ class ContextService:
         """Everything about the request that a retry keeps. ``conversation`` (public id, key)
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
-        await self.ledger.ready()
-        await self.records.refresh(key)  # another replica may have compacted it since
+        if not self.ledger.is_ready:
+            await self.ledger.ready()
+        if not self.records.is_fresh(key):
+            await self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
-        window, source = await self._window(request.model, policy)
+        window, source = await self.windows.resolve(request.model, policy)
+        source = source if window is not None else "fallback"
         corrected, ratio = self.usage.corrected(key, policy)
         known = self.history.recall(key, request.messages, request.model, request.repeats,
                                     request.shared)
@@ -146,7 +149,8 @@ class ContextService:
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
         p = await job.offload(self._plan, job, job.prior)
-        await self.records.ensure(job.principal.org, job.key)
+        if not self.records.is_known(job.key):
+            await self.records.ensure(job.principal.org, job.key)
         if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
             await self.records.add_spills(job.principal.org, job.key,
                                           [*p.mask.masked, *p.mask.inputs],

@@ -77,7 +77,9 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
         raise bad_request("'messages' is required and must be a list.", param="messages")
     if not messages:
         raise bad_request("'messages' must contain at least one message.", param="messages")
-    repeats, shared = checked.shared(messages) if checked is not None else (None, 0)
+    key = checked.key(messages) if checked is not None else None
+    repeats, shared = checked.shared(messages, raw, key) if key is not None and \
+        checked is not None else (None, 0)
     start = restart_point(messages, shared)
     ordering = OrderingCheck()
     step = ordering.step
@@ -94,8 +96,8 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
     if problems:
         raise bad_request(f"Invalid message sequence: {problems[0]}", param="messages",
                           code="invalid_message_sequence")
-    if checked is not None:
-        checked.remember(messages, len(raw))
+    if key is not None and checked is not None:
+        checked.remember(messages, raw, key)
     return ChatRequest(raw, body, messages, model, tools, stream is True, repeats, shared)
 
 

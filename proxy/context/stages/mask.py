@@ -39,6 +39,7 @@ from proxy.context.stages.inputs import Site, call_sites, clear_calls
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
     as_dicts,
+    first_items,
     is_protected,
     is_result,
     result_tool_name,
@@ -208,7 +209,7 @@ def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
     policy, window, counter, model = scope.policy, scope.window, scope.counter, scope.model
     if pairs is None:
         pairs = counter.token_pairs(messages, model)
-    tokens = [t for t, _ in pairs]
+    tokens = first_items(pairs)
     overhead = scope.overhead()
     before = sum(tokens) + overhead
     out = as_dicts(messages)

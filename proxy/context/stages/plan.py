@@ -19,7 +19,7 @@ from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
 from proxy.context.stages.mask import trigger_tokens as mask_trigger
 from proxy.context.stages.scope import Scope
-from proxy.context.stages.shared import as_dicts, prefix_hash
+from proxy.context.stages.shared import as_dicts, first_items, prefix_hash
 from proxy.policy.model import Policy
 
 Action = Literal["forward", "summarize", "insufficient"]
@@ -122,7 +122,7 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
          for i, o in enumerate(view.origin)]
     mask = mask_tool_outputs(view.messages, scope, view_pairs)
     cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
-    before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
+    before = sum(first_items(pairs)) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
     action = _decide(view, cplan, force, scope)
     previous = previous_point(view.messages)
@@ -141,7 +141,7 @@ def _untouched(messages: Sequence[Mapping[str, Any]], scope: Scope,
                pairs: Sequence[tuple[int, int]]) -> Plan | None:
     """The plan of a request under both triggers with no stored compaction (most requests):
     forward it as it is; ``None`` when a stage may run."""
-    tokens = [t for t, _ in pairs]
+    tokens = first_items(pairs)
     before = sum(tokens) + scope.overhead()
     policy = scope.policy
     if policy.masking.enabled and scope.window and before > mask_trigger(policy, scope.window):

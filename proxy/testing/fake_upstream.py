@@ -99,6 +99,23 @@ def default_responder(body: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": f"ack: {text[:40]}"}
 
 
+# What reading a body of the wrong shape raises in the fake's handlers (a value of another type
+# where an object or a list is read, nesting past Python's recursion limit).
+_UNREADABLE = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+
+
+@web.middleware
+async def _refuse_unreadable(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                             ) -> web.StreamResponse:
+    """A body the fake cannot read is refused 400 in its API's shape, as a real API refuses
+    one it does not accept (never a 500: that would be a fault of the upstream)."""
+    try:
+        return await handler(request)
+    except _UNREADABLE as e:
+        return fake_apis.bad_request(request.path, f"Invalid request body ({type(e).__name__}).")
+
+
 @dataclass
 class FakeUpstream:
     """Start with ``await fake.start()``; ``fake.base_url`` ends in ``/v1``."""
@@ -126,7 +143,8 @@ class FakeUpstream:
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024,
+                              middlewares=[_refuse_unreadable])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)

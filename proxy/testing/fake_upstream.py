@@ -27,7 +27,16 @@ from aiohttp import web
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.token_formula import REPLY_PRIMING
 from proxy.testing import fake_apis
-from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
+from proxy.testing.faults import (
+    BAD_EVENT,
+    HUGE_CHARS,
+    UNFRAMED,
+    answer_json,
+    cut,
+    misbehave,
+    unframed,
+    write,
+)
 from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
 from proxy.testing.prompt_cache import PromptCache as PromptCache  # re-exported
 from proxy.testing.strict_apis import Prefix
@@ -295,6 +304,8 @@ class FakeUpstream:
                       ) -> web.StreamResponse:
         """The events, ``stream_delay_s`` apart (none before the last), shaped by the fault."""
         mode = fault.mode if fault is not None else ""
+        if mode in UNFRAMED:
+            return unframed(request, "text/event-stream", events[0], mode)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache",
                                            **(fault.headers if fault else {})})

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import socket
+import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +30,10 @@ class Fault:
     characters.
     "reset", "truncated_json" and "drip" shape the normal answer when ``status`` is 200 and no
     ``body`` is given, else the error body; "" (no mode) answers ``body`` (JSON) as before.
-    "echo_gzip_stream": a gzip-compressed chat stream that echoes the key in its first event.
+    "unframed_fin", "unframed_reset": an answer with neither a Content-Length nor chunked
+    framing (its end is the connection's), cut after a stream's first event or half a JSON
+    body, by a FIN (which looks like a clean end) or a reset.
+    "echo_gzip_stream": a gzip-compressed stream of the request's API that echoes the key.
     "echo", "echo_drip", "echo_gzip", "echo_huge": an answer that echoes the request's key in a
     header and in its JSON body (a chat completion for a 200 on chat), whole, written in pieces
     of a few bytes, gzip-compressed, or padded past ``HUGE_CHARS``.
@@ -75,9 +80,33 @@ async def misbehave(request: web.Request, fault: Fault) -> web.StreamResponse | 
     return web.json_response(err, status=fault.status, headers=fault.headers)
 
 
+UNFRAMED = ("unframed_fin", "unframed_reset")
+
+
+def unframed(request: web.Request, content_type: str, first: bytes, mode: str
+             ) -> web.StreamResponse:
+    """Write a 200 without Content-Length or chunked framing, then ``first``, then end the
+    connection: a FIN, or a reset for "unframed_reset" (see ``Fault``)."""
+    transport = request.transport
+    assert transport is not None
+    transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type.encode()
+                    + b"\r\nConnection: close\r\n\r\n" + first)
+    if mode == "unframed_reset":
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+    return web.Response()  # never sent: the connection is gone
+
+
 async def answer_json(request: web.Request, payload: Any, fault: Fault | None
                       ) -> web.StreamResponse:
-    """A normal JSON answer, shaped by ``fault`` when it says so (reset, truncated_json, drip)."""
+    """A normal JSON answer, shaped by ``fault`` when it says so (reset, truncated_json, drip,
+    the unframed modes)."""
+    if fault is not None and fault.mode in UNFRAMED:
+        data = json.dumps(payload).encode()
+        return unframed(request, "application/json", data[:len(data) // 2], fault.mode)
     if fault is None or fault.mode not in ("reset", "truncated_json", "drip"):
         return web.json_response(payload, headers=fault.headers if fault else None)
     return await send(request, json.dumps(payload).encode(), 200, fault)
@@ -115,17 +144,43 @@ def cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
     return resp
 
 
+def echo_events(path: str, key: str) -> list[bytes]:
+    """A whole stream of the API at ``path`` whose text is ``you sent <key>``, in one delta
+    (a key a model spells out over several deltas is out of any scrubber's reach)."""
+    from proxy.testing import fake_apis, fake_events  # (they import this module)
+
+    message = {"role": "assistant", "content": f"you sent {key}"}
+    if path in (fake_apis.MESSAGES, fake_apis.RESPONSES):
+        usage = fake_apis.usage_for(path, 8, 0)
+        if path == fake_apis.MESSAGES:
+            return fake_events.anthropic_events(
+                fake_apis.anthropic_message("m", message, usage), 1)
+        return fake_events.responses_events("m", fake_apis.responses_output(message), usage, 1)
+    chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": {"content": message["content"]},
+                          "finish_reason": None}]}
+    return [b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def echo_answer(path: str, key: str) -> dict[str, Any]:
+    """A whole answer of the Messages or Responses API whose text is ``you sent <key>``."""
+    from proxy.testing import fake_apis, fake_events  # (they import this module)
+
+    message = {"role": "assistant", "content": f"you sent {key}"}
+    usage = fake_apis.usage_for(path, 8, 0)
+    if path == fake_apis.MESSAGES:
+        return fake_apis.anthropic_message("m", message, usage)
+    return fake_events.responses_object("m", fake_apis.responses_output(message), usage)
+
+
 async def echo_stream(request: web.Request, key: str) -> web.StreamResponse:
-    """A gzip-compressed chat stream whose first event holds ``key``, one compressed piece per
-    event (so each event is readable as it comes)."""
+    """A gzip-compressed stream of the request's API whose text holds ``key``, one compressed
+    piece per event (so each event is readable as it comes)."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Content-Encoding": "gzip"})
     await resp.prepare(request)
     packer = zlib.compressobj(wbits=31)  # gzip framing
-    chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": {"content": f"you sent {key}"},
-                          "finish_reason": None}]}
-    for event in (b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"):
+    for event in echo_events(request.path, key):
         await resp.write(packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH))
     await resp.write(packer.flush())
     await resp.write_eof()
@@ -134,7 +189,8 @@ async def echo_stream(request: web.Request, key: str) -> web.StreamResponse:
 
 async def echo(request: web.Request, fault: Fault) -> web.StreamResponse:
     """An answer that gives the request's key away, shaped by ``fault.mode`` (see ``Fault``)."""
-    key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    key = request.headers.get("x-api-key") or \
+        request.headers.get("Authorization", "").removeprefix("Bearer ")  # Anthropic's; OpenAI's
     if fault.mode == "echo_gzip_stream":
         return await echo_stream(request, key)
     if fault.status >= 400:
@@ -144,6 +200,8 @@ async def echo(request: web.Request, fault: Fault) -> web.StreamResponse:
         payload = {"id": "chatcmpl-echo", "object": "chat.completion", "model": "m",
                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
                        "role": "assistant", "content": f"you sent {key}"}}]}
+    elif request.path.endswith(("/messages", "/responses")):
+        payload = echo_answer(request.path, key)
     else:
         payload = {"object": "list", "data": [], "debug": {"authorization": key}}
     if fault.mode == "echo_huge":

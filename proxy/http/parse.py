@@ -24,26 +24,26 @@ from proxy.context.checked import CheckedLists, restart_point
 from proxy.context.job import ChatRequest
 from proxy.context.stages.ordering import OrderingCheck
 from proxy.errors import ApiError, bad_request
+from proxy.http.encoding import decoded
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _NULL_CONTENT_ROLES = frozenset({"user", "system", "developer", "tool"})
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request's body, decoded under its ``Content-Encoding`` (``proxy.http.encoding``)."""
     length = request.content_length
     if length is not None and length > limit:
         raise ApiError(413, f"The request body is {length} bytes; this proxy accepts at most "
                        f"{limit}.", code="request_too_large")
     try:
-        return await request.read()  # aiohttp enforces client_max_size when the length is unknown
+        raw = await request.read()  # aiohttp enforces client_max_size when the length is unknown
     except web.HTTPRequestEntityTooLarge:
         raise
-    except aiohttp.http_exceptions.ContentEncodingError:
-        raise bad_request("The request body does not decode as its Content-Encoding says.",
-                          code="invalid_encoding") from None
-    except aiohttp.web_protocol.RequestPayloadError as e:  # a decoding fault, as aiohttp wraps it
+    except aiohttp.web_protocol.RequestPayloadError as e:  # a broken chunked body, say
         raise bad_request(f"The request body could not be read: {e.__cause__ or e}.",
-                          code="invalid_encoding") from None
+                          code="invalid_body") from None
+    return decoded(raw, request.headers.get("Content-Encoding", ""), limit)
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -106,9 +106,10 @@ def _check_message(i: int, msg: Any) -> str:
     if type(msg) is not dict:
         raise bad_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
     role = msg.get("role")
-    if role not in ROLES:
+    if type(role) is not str or role not in ROLES:  # (a list or an object is not hashable)
+        got = repr(role[:40]) if type(role) is str else type(role).__name__
         raise bad_request(f"'messages[{i}].role' must be one of {', '.join(sorted(ROLES))}; "
-                          f"got {role!r}.", param=f"messages[{i}].role")
+                          f"got {got}.", param=f"messages[{i}].role")
     if type(msg.get("content")) is not str:  # the common case costs one check
         if "content" not in msg and role != "assistant":
             raise bad_request(f"'messages[{i}].content' is required.",
@@ -122,7 +123,7 @@ def _check_message(i: int, msg: Any) -> str:
                               "message.", param=f"messages[{i}].tool_call_id")
     elif role == "assistant" and msg.get("tool_calls") is not None:
         _check_tool_calls(i, msg["tool_calls"])
-    return role  # type: ignore[no-any-return]
+    return role
 
 
 def _check_content(i: int, role: str, content: Any) -> None:

@@ -60,6 +60,16 @@ def store_target(tmp_path: Path, database_url: str | None) -> Callable[[str], Pa
 
 
 @pytest.fixture
+def two_stores(store_target: Callable[[str], Path | str]) -> Iterator[tuple[Store, Store]]:
+    """Two ``Store`` objects on one target (this test's file, or its schema): two processes
+    sharing the store. Closed at the end of the test."""
+    a, b = Store(store_target("shared.db")), Store(store_target("shared.db"))
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture
 def new_store(tmp_path: Path, pytestconfig: pytest.Config) -> Iterator[Callable[[str], Store]]:
     """``new_store(name)``: a store of its own (a new file in ``tmp_path``, or a fresh schema),
     closed at the end of the test."""
@@ -131,7 +141,13 @@ async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenA
 
 
 # The admin console's fixtures (start_console, console, browser, page) live with its helpers;
-# those of the application in process (make_app, fake_upstream, console_app, signed_in) with
-# theirs.
+# those of the application in process (fake_upstream, upstream_client, make_app, console_app,
+# signed_in) with theirs.
 from console_support import browser, console, page, start_console  # noqa: E402, F401
-from inproc import console_app, fake_upstream, make_app, signed_in  # noqa: E402, F401
+from inproc import (  # noqa: E402, F401
+    console_app,
+    fake_upstream,
+    make_app,
+    signed_in,
+    upstream_client,
+)

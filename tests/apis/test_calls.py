@@ -4,8 +4,6 @@ against the fake upstream (an answer not in the API's shape fails as ``ApiCallFa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from multidict import CIMultiDict
 
@@ -43,12 +41,9 @@ def test_api_headers_join_repeated_versions_and_betas() -> None:
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    up = Upstream(await fake.start(), None, 5.0)
-    yield fake, up
-    await up.close()
-    await fake.stop()
+def upstream(fake_upstream: FakeUpstream, upstream_client: Upstream
+             ) -> tuple[FakeUpstream, Upstream]:
+    return fake_upstream, upstream_client
 
 
 async def test_a_summary_call_in_the_messages_api(upstream: tuple[FakeUpstream, Upstream]

@@ -4,7 +4,6 @@ riding it), and a tool call, an empty answer, an error or a timeout fails as ``S
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -23,12 +22,9 @@ WHO = Principal("acme", None, "key_1", "sk-ant")
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    up = Upstream(await fake.start(), None, 5.0)
-    yield fake, up
-    await up.close()
-    await fake.stop()
+def upstream(fake_upstream: FakeUpstream, upstream_client: Upstream
+             ) -> tuple[FakeUpstream, Upstream]:
+    return fake_upstream, upstream_client
 
 
 def adapted() -> Adapted:

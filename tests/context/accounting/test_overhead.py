@@ -33,8 +33,8 @@ async def test_the_upstreams_wait_counts_from_the_bodys_last_byte() -> None:
     assert watch.excluded - before >= 0.01
 
 
-def test_an_answer_is_stamped_and_booked_once() -> None:
-    overhead.begin()
+async def test_an_answer_is_stamped_and_booked_once() -> None:
+    overhead.begin()  # in this test's own task: its context, not the next test's
     booked: list[float] = []
     first = overhead.stamp(booked.append)
     second = overhead.stamp(booked.append)

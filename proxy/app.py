@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from proxy import console
-from proxy.auth import Authenticator
+from proxy.auth import DEFAULT_ORG, Authenticator
 from proxy.context.checked import CheckedLists
 from proxy.context.managed import ContextService, upstream_summarizers
 from proxy.context.records.compactions import Records
@@ -120,10 +120,16 @@ async def policy_context(app: web.Application) -> AsyncIterator[None]:
     state.policies.attach(state.store)
     task = asyncio.create_task(watch(state.policies, state.settings.policies_dir, state.metrics),
                                name="policy-watch")
+    # The tokenizers of unknown models and of the platform's summary model, loaded aside: the
+    # first compaction would otherwise wait for them (and, under load, for seconds).
+    summary_model = state.policies.resolve(DEFAULT_ORG).compaction.summary_model
+    warm = asyncio.create_task(asyncio.to_thread(
+        state.context.counter.preload, ["", *([summary_model] if summary_model else [])]))
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await asyncio.gather(warm, return_exceptions=True)
 
 
 async def _end_streams_in_time(app: web.Application) -> None:

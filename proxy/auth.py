@@ -83,7 +83,7 @@ class Authenticator:
         self._checked = float("-inf")
         self._confirmed = float("-inf")  # the last time the store answered the version check
         self._writes = -1
-        self._check: asyncio.Future[None] | None = None
+        self._check: asyncio.Future[bool] | None = None
 
     async def _fresh_cache(self) -> dict[str, _Entry]:
         now = time.monotonic()
@@ -92,20 +92,24 @@ class Authenticator:
         if self._check is None:  # one check in flight; concurrent requests share it
             self._check = asyncio.ensure_future(self._check_version(now))
         check = self._check
-        await asyncio.shield(check)
+        if await asyncio.shield(check):  # the check waited out its deadline, so did we
+            self.store.late_here()
         return self._cache
 
-    async def _check_version(self, now: float) -> None:
+    async def _check_version(self, now: float) -> bool:
+        """Check the keys' version (and the cached keys when it moved); True when the store
+        was late to answer."""
         try:
             self._checked, writes = now, self.store.keys.writes
             kv = await self.store.run(self.store.keys.version)
             if kv != self._keys_version:
                 await self._revalidate(kv)
             self._writes, self._confirmed = writes, time.monotonic()
-        except StoreUnavailable:
-            pass  # the cache stands; entries past the grace are refused (``_vouched``)
+        except StoreUnavailable as e:
+            return e.late  # the cache stands; entries past the grace are refused (``_vouched``)
         finally:
             self._check = None
+        return False
 
     async def _revalidate(self, kv: int) -> None:
         """After any key write (by any process): check every cached valid key again, in a few

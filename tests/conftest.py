@@ -17,6 +17,7 @@ from pgtest import fresh_schema, on_postgres
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
+from proxy.upstream.client import Upstream
 
 # hypothesis is imported here, at collection, rather than by its plugin at the end of a session
 # that ran no property test: that late import parses source while litellm's worker threads may
@@ -61,12 +62,21 @@ def store_target(tmp_path: Path, database_url: str | None) -> Callable[[str], Pa
 
 @pytest.fixture
 def two_stores(store_target: Callable[[str], Path | str]) -> Iterator[tuple[Store, Store]]:
-    """Two ``Store`` objects on one target (this test's file, or its schema): two processes
-    sharing the store. Closed at the end of the test."""
+    """Two ``Store`` objects on one target: two processes sharing a store."""
     a, b = Store(store_target("shared.db")), Store(store_target("shared.db"))
     yield a, b
     a.close()
     b.close()
+
+
+@pytest.fixture
+async def upstream_client() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
+    """A started fake upstream and the proxy's ``Upstream`` client of it (no proxy)."""
+    fake = FakeUpstream()
+    up = Upstream(await fake.start(), None, 5.0)
+    yield fake, up
+    await up.close()
+    await fake.stop()
 
 
 @pytest.fixture
@@ -141,13 +151,7 @@ async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenA
 
 
 # The admin console's fixtures (start_console, console, browser, page) live with its helpers;
-# those of the application in process (fake_upstream, upstream_client, make_app, console_app,
-# signed_in) with theirs.
+# those of the application in process (make_app, fake_upstream, console_app, signed_in) with
+# theirs.
 from console_support import browser, console, page, start_console  # noqa: E402, F401
-from inproc import (  # noqa: E402, F401
-    console_app,
-    fake_upstream,
-    make_app,
-    signed_in,
-    upstream_client,
-)
+from inproc import console_app, fake_upstream, make_app, signed_in  # noqa: E402, F401

@@ -2,10 +2,9 @@
 start-up (store, upstream sessions, services: ``app[STATE]``) and ``request(...)`` builds the
 aiohttp request a handler is called with (aiohttp's own ``make_mocked_request``, its body read
 from memory; ``form(...)`` posts a form). For unit tests of the handlers and the modules they
-reach. Its fixtures, registered in conftest.py: ``fake_upstream`` (the in-process fake) and
-``upstream_client`` (the proxy's client of it), ``make_app(**env)`` (the application in front
-of the fake), ``console_app`` (with an admin token) and ``signed_in`` (a console session's
-cookie header and CSRF token)."""
+reach. Its fixtures, registered in conftest.py: ``fake_upstream`` (the in-process fake),
+``make_app(**env)`` (the application in front of it), ``console_app`` (with an admin token)
+and ``signed_in`` (a console session's cookie header and CSRF token)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ from proxy.console.web import SESSIONS
 from proxy.policy.platform import PlatformConfig
 from proxy.settings import Settings, load_settings
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.upstream.client import Upstream
 
 UPSTREAM_KEY = "sk-upstream-inproc-0123456789"
 ADMIN_TOKEN = "console-admin-token-0123456789abcdef"
@@ -173,15 +171,6 @@ async def fake_upstream() -> AsyncIterator[FakeUpstream]:
     await fake.start()
     yield fake
     await fake.stop()
-
-
-@pytest.fixture
-async def upstream_client(fake_upstream: FakeUpstream) -> AsyncIterator[Upstream]:
-    """The proxy's client of ``fake_upstream`` (no key, a 5 s first-byte timeout), closed
-    after the test."""
-    client = Upstream(fake_upstream.base_url, None, 5.0)
-    yield client
-    await client.close()
 
 
 @pytest.fixture

@@ -61,6 +61,7 @@ def _serve(settings: Settings) -> int:
     shutdown_log.install(app)
     startup.tune_collector()
     startup.tune_allocator()
+    startup.tune_switching()
     line = startup.startup_line(settings, sock)
     # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
     web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),

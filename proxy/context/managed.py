@@ -26,7 +26,7 @@ from proxy.context.accounting.money import Money
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
-from proxy.context.offload import offload_for
+from proxy.context.offload import offload_for, run_off_loop
 from proxy.context.records.compactions import CompactionRecord, Records
 from proxy.context.records.flights import Flights
 from proxy.context.report import ContextReport, Outcome
@@ -322,9 +322,12 @@ class ContextService:
             assert p.compaction is not None
             riding = await job.offload(sent_before, p, job.scope)
             with overhead.excluded():  # the summary calls are the upstream's time
+                # Off the loop whatever the request's size: the prompts count the transcript's
+                # text uncached, with the summary model's tokenizer (loaded on its first use,
+                # a second of CPU), tens of milliseconds that /healthz would wait behind.
                 done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
                                      self._summarizer(job, summary_model), summary_scope,
-                                     job.offload, riding)
+                                     run_off_loop, riding)
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
         for answer in done.answers:  # paid for, whether the summary is used or not

@@ -17,6 +17,7 @@ from proxy.apis import APIS
 from proxy.context.accounting import overhead
 from proxy.errors import ApiError
 from proxy.state import STATE, ProxyState
+from proxy.store import begin_request
 
 log = logging.getLogger("context_proxy")
 
@@ -112,6 +113,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     ``X-Context-Overhead-Ms``."""
     start = time.perf_counter()
     overhead.begin(start)
+    begin_request()
     status = 500
     state, route = request.app.get(STATE), route_label(request)
     in_flight = state.metrics.in_flight_for(route) if state is not None else None

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import RowMaker
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from proxy.store.base import Params, Row, Tx, to_pyformat
 from proxy.store.schema import MIGRATIONS, MIGRATIONS_TABLE, TYPES, Migration, apply_pending
@@ -25,7 +25,7 @@ from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
 CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
 POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
-PROBE_POOL_WAIT_S = 0.5  # a probe's wait for a pooled connection before the pool is renewed
+PROBE_POOL_WAIT_S = 0.1  # a probe's wait for a pooled connection before the pool is renewed
 # Once a connection has failed, how long to wait for another until one works again.
 FAILING_TIMEOUT_S = 0.25
 # A silent partition (packets dropped, no reset) is seen by the kernel in seconds: keepalive
@@ -103,6 +103,7 @@ class PgTx:
 class PostgresBackend:
     kind = "postgres"
     transient: tuple[type[Exception], ...] = (psycopg.OperationalError,)
+    busy: tuple[type[Exception], ...] = (PoolTimeout,)
 
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url

@@ -77,6 +77,7 @@ class SqliteTx:
 class SqliteBackend:
     kind = "sqlite"
     transient: tuple[type[Exception], ...] = ()
+    busy: tuple[type[Exception], ...] = ()
 
     def __init__(self, path: Path) -> None:
         self.path = path

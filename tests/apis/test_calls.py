@@ -40,15 +40,9 @@ def test_api_headers_join_repeated_versions_and_betas() -> None:
     assert api_headers({"OpenAI-Beta": "responses=v1"}) == {"openai-beta": "responses=v1"}
 
 
-@pytest.fixture
-def upstream(fake_upstream: FakeUpstream, upstream_client: Upstream
-             ) -> tuple[FakeUpstream, Upstream]:
-    return fake_upstream, upstream_client
-
-
-async def test_a_summary_call_in_the_messages_api(upstream: tuple[FakeUpstream, Upstream]
+async def test_a_summary_call_in_the_messages_api(upstream_client: tuple[FakeUpstream, Upstream]
                                                   ) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     payload = {"model": "claude-x", "max_tokens": 64,
                "messages": [{"role": "user", "content": "summarize CODE-7"}]}
     answer = await call(up, messages.API, "sk-ant", payload, {"X-Context-Proxy-Org": "acme"})
@@ -58,9 +52,9 @@ async def test_a_summary_call_in_the_messages_api(upstream: tuple[FakeUpstream, 
     assert sent.headers["X-Context-Proxy-Org"] == "acme" and sent.json["stream"] is False
 
 
-async def test_an_answer_not_in_the_apis_shape_fails(upstream: tuple[FakeUpstream, Upstream]
+async def test_an_answer_not_in_the_apis_shape_fails(upstream_client: tuple[FakeUpstream, Upstream]
                                                      ) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     fake.faults.append(Fault(status=200, body={"not": "a message"}, path="/v1/messages"))
     payload = {"model": "claude-x", "max_tokens": 64,
                "messages": [{"role": "user", "content": "hi"}]}

@@ -228,15 +228,26 @@ def test_serving_process_tunes_the_collector() -> None:
     assert out.stdout.split() == ["True", "True", "True"]
 
 
+def test_serving_process_switches_threads_within_a_millisecond() -> None:
+    """A store thread whose answer came waits at most 1 ms for the interpreter lock (run
+    apart: it changes the process)."""
+    code = ("import sys; from proxy.cli import startup; sys.setswitchinterval(0.005); "
+            "startup.tune_switching(); print(sys.getswitchinterval() <= 0.001)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
+                         timeout=HANG_GUARD_S, check=True)
+    assert out.stdout.split() == ["True"]
+
+
 def test_serve_tunes_the_process_after_start_up() -> None:
-    """``serve`` tunes the collector and the allocator once the application is built (and
-    before it serves requests)."""
+    """``serve`` tunes the collector, the allocator and thread switching once the application
+    is built (and before it serves requests)."""
     import inspect
 
     from proxy import cli as cli_module
 
     source = inspect.getsource(cli_module._serve)
-    for call in ("startup.tune_collector()", "startup.tune_allocator()"):
+    for call in ("startup.tune_collector()", "startup.tune_allocator()",
+                 "startup.tune_switching()"):
         assert source.index(call) < source.index("web.run_app("), call
 
 

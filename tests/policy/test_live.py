@@ -1,4 +1,4 @@
-"""The live policy (``proxy.policy.service.PolicyService``) on the suite's backend: resolving
+"""The live policy (``proxy.policy.live.PolicyService``) on the suite's backend: resolving
 is a dictionary hit once computed, a write of this process is in force at once and one of
 another process after ``refresh``, YAML organizations refuse API writes, and the listing shows
 every organization that has a layer, a YAML entry or a key."""

@@ -1,4 +1,4 @@
-"""Rerank at the service edge (``proxy.rerank.service.Reranker``) against the fake upstream:
+"""Rerank at the service edge (``proxy.rerank.reranker.Reranker``) against the fake upstream:
 one bounded ranking call, whose answer orders the candidates; a timeout, an error or an
 unparsable answer gives the input order; each outcome is counted."""
 

@@ -16,9 +16,8 @@ PAYLOAD = {"model": "gpt-4o", "messages": [{"role": "user", "content": "summariz
 
 
 @pytest.fixture
-def served(fake_upstream: FakeUpstream, upstream_client: Upstream
-           ) -> tuple[FakeUpstream, Upstream]:
-    return fake_upstream, upstream_client
+def served(upstream_client: tuple[FakeUpstream, Upstream]) -> tuple[FakeUpstream, Upstream]:
+    return upstream_client
 
 
 def test_parse_completion_reads_content_reason_and_usage() -> None:

@@ -30,10 +30,10 @@ CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture
-def served(fake_upstream: FakeUpstream, upstream_client: Upstream
-           ) -> tuple[FakeUpstream, Upstream]:
-    upstream_client.api_key, upstream_client.first_byte_timeout_s = KEY, 0.5  # before any call
-    return fake_upstream, upstream_client
+def served(upstream_client: tuple[FakeUpstream, Upstream]) -> tuple[FakeUpstream, Upstream]:
+    fake, client = upstream_client
+    client.api_key, client.first_byte_timeout_s = KEY, 0.5  # before its first call
+    return fake, client
 
 
 async def post(upstream: Upstream, body: object = CHAT) -> aiohttp.ClientResponse:

@@ -367,7 +367,7 @@ class Records:
             hourly.write_rows(tx)
 
         try:  # background work: no deadline, the outcome decides whether figures are kept
-            await self.store.write(write, deadline=None)
+            await self.store.write_aside(write)
         except BaseException:
             self.hourly.restore(hourly)
             for key, deltas in pending.items():  # keep them for the next flush

@@ -90,7 +90,7 @@ class DeferredWrites:
         while self._queue:
             what, fn, args = self._queue[0]
             try:
-                await self.store.write(fn, *args, deadline=None)
+                await self.store.write_aside(fn, *args)
             except StoreUnavailable:
                 break
             except Exception:  # a write that can never succeed must not block the rest

@@ -31,9 +31,6 @@ log = logging.getLogger("context_proxy.context")
 LEASE_S = 4.0  # how long a dead holder blocks its prefix (a live one renews every second)
 RENEW_EVERY_S = 1.0
 POLL_S = 0.05  # how often a waiting process looks for the stored result
-# Past it the summary is made here without a lease (a second summary of the prefix elsewhere
-# is the price of not waiting on a store that may be away).
-CLAIM_DEADLINE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,7 @@ class Flights:
         self.records = records
         self.store = records.store
         self.owner = owner
+        self._releasing: set[asyncio.Task[None]] = set()  # releases the answer does not wait for
 
     async def claim(self, conversation: str, phash: str, covered: int) -> Claim:
         def write(tx: Tx) -> Claim:
@@ -65,8 +63,10 @@ class Flights:
             name = lease_name(conversation, phash)
             return Claim(None, leases.claim(tx, name, LEASE_S, self.owner))
 
-        try:  # a summary call follows, seconds long: a slow store is given more time here
-            found = await self.store.write(write, deadline=CLAIM_DEADLINE_S)
+        # Under the store's own deadline: past it the summary is made here without a lease (a
+        # second summary of the prefix elsewhere is the price of not holding up the request).
+        try:
+            found = await self.store.write(write)
         except StoreUnavailable:
             return Claim(None, True, leased=False)
         if found.stored is not None:
@@ -100,10 +100,19 @@ class Flights:
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
-            try:
-                await self.store.write(leases.release, name, self.owner)
-            except Exception as e:
-                log.warning("releasing a compaction lease failed (it runs out): %s", e)
+            if self.store.late:  # the store was slow for this request: it does not wait again
+                task = asyncio.create_task(self._release(name))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
+            else:
+                await self._release(name)
+
+    async def _release(self, name: str) -> None:
+        """Release the lease ``name`` (one that fails runs out)."""
+        try:
+            await self.store.write(leases.release, name, self.owner, always=True)
+        except Exception as e:
+            log.warning("releasing a compaction lease failed (it runs out): %s", e)
 
     async def wait(self, conversation: str, phash: str, covered: int, timeout_s: float
                    ) -> CompactionRecord | None:

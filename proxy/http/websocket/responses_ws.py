@@ -41,6 +41,7 @@ from proxy.http.forward import forward, not_allowed
 from proxy.http.middleware import REQUEST_ID
 from proxy.http.websocket import ws_events as ev
 from proxy.state import STATE, ProxyState
+from proxy.store import begin_request
 from proxy.upstream.answers import EventCheck
 from proxy.upstream.client import Upstream, current_key
 from proxy.upstream.relay import BROKEN
@@ -246,6 +247,7 @@ class Session:
     async def _create(self, body: dict[str, Any], start: float, request: int) -> None:
         current_key.set(self.principal.upstream_key)
         overhead.begin(start)  # each response.create is a request of its own (its own task)
+        begin_request()
         status, headers = 500, {}  # type: tuple[int, Mapping[str, str]]
         try:
             status, headers = await self._respond(body, start, request)

@@ -1,4 +1,4 @@
-"""Compaction at the service edge (``proxy.context.compaction.compact``) with a recording
+"""Compaction at the service edge (``proxy.context.summary.compaction.compact``) with a recording
 summarizer standing in for the upstream: with the request's own model the summary call rides
 the conversation's prefix (its messages as sent, its tools, the instruction last); another
 model reads a transcript of the covered range; the list is rewritten around the summary."""

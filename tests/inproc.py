@@ -2,9 +2,9 @@
 start-up (store, upstream sessions, services: ``app[STATE]``) and ``request(...)`` builds the
 aiohttp request a handler is called with (aiohttp's own ``make_mocked_request``, its body read
 from memory; ``form(...)`` posts a form). For unit tests of the handlers and the modules they
-reach. Its fixtures, registered in conftest.py: ``make_app(**env)`` (the application in front
-of ``fake_upstream``, the in-process fake), ``console_app`` (with an admin token) and
-``signed_in`` (a console session's cookie header and CSRF token)."""
+reach. Its fixtures, registered in conftest.py: ``fake_upstream`` (the in-process fake),
+``make_app(**env)`` (the application in front of it), ``console_app`` (with an admin token)
+and ``signed_in`` (a console session's cookie header and CSRF token)."""
 
 from __future__ import annotations
 

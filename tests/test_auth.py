@@ -61,24 +61,20 @@ async def test_issued_keys_resolve_and_revoked_or_unknown_ones_are_refused(
 
 
 async def test_a_key_revoked_by_another_process_is_refused_after_the_version_check(
-        store_target: Callable[[str], object]) -> None:
-    mine, theirs = Store(store_target("a.db")), Store(store_target("a.db"))  # type: ignore
-    try:
-        rec, key = theirs.keys.create("acme")
-        auth = Authenticator(mine, "proxy_keys", None)
-        assert (await who(auth, key)).org == "acme"
-        theirs.keys.revoke(rec.id)
-        for _ in range(100):  # the version is checked every 50 ms: poll, no timing assertion
-            try:
-                await who(auth, key)
-            except ApiError:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("a key revoked elsewhere was never refused")
-    finally:
-        mine.close()
-        theirs.close()
+        two_stores: tuple[Store, Store]) -> None:
+    mine, theirs = two_stores
+    rec, key = theirs.keys.create("acme")
+    auth = Authenticator(mine, "proxy_keys", None)
+    assert (await who(auth, key)).org == "acme"
+    theirs.keys.revoke(rec.id)
+    for _ in range(100):  # the version is checked every 50 ms: poll, no timing assertion
+        try:
+            await who(auth, key)
+        except ApiError:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("a key revoked elsewhere was never refused")
 
 
 async def test_passthrough_keys_go_upstream_scoped_by_their_hash_unless_bound(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from proxy.console.session import Session, Sessions
 from proxy.console.signouts import Refresher, purge_expired, record
@@ -15,24 +14,20 @@ TOKEN = "admin-" + "t" * 30
 
 
 async def test_a_sign_out_reaches_another_process_after_its_refresh(
-        store_target: Callable[[str], Path | str]) -> None:
-    a, b = Store(store_target("s.db")), Store(store_target("s.db"))
-    try:
-        here, there = Sessions(TOKEN), Sessions(TOKEN)  # one admin token: one cookie works on both
-        cookie, session = here.issue()
-        mine, theirs = Refresher(a, here), Refresher(b, there)
-        await theirs.refresh()
-        assert there.check(cookie) == session
-        await mine.sign_out(session)
-        assert here.check(cookie) is None and there.check(cookie) == session
-        await theirs.refresh()
-        assert there.check(cookie) is None
-        version = theirs.version
-        await theirs.refresh()  # nothing moved: one read, the same version
-        assert theirs.version == version
-    finally:
-        a.close()
-        b.close()
+        two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
+    here, there = Sessions(TOKEN), Sessions(TOKEN)  # one admin token: one cookie works on both
+    cookie, session = here.issue()
+    mine, theirs = Refresher(a, here), Refresher(b, there)
+    await theirs.refresh()
+    assert there.check(cookie) == session
+    await mine.sign_out(session)
+    assert here.check(cookie) is None and there.check(cookie) == session
+    await theirs.refresh()
+    assert there.check(cookie) is None
+    version = theirs.version
+    await theirs.refresh()  # nothing moved: one read, the same version
+    assert theirs.version == version
 
 
 def test_rows_of_expired_sessions_are_purged(new_store: Callable[[str], Store]) -> None:

@@ -13,6 +13,7 @@ from aiohttp import web
 from inproc import routed
 
 from proxy.apis import APIS
+from proxy.context.accounting import overhead
 from proxy.http.chat import chat_completions
 from proxy.http.forward import Leg
 from proxy.policy.model import validate_layer
@@ -74,6 +75,7 @@ async def test_each_send_books_the_proxys_own_time(make_app: App) -> None:
     app = await make_app()
     state = app[STATE]
     key = state.store.keys.create("acme")[1]
+    overhead.begin()  # the request arrives (the middleware starts its stopwatch)
     await chat_completions(await routed(app, "POST", "/v1/chat/completions",
                                         headers={"Authorization": f"Bearer {key}"},
                                         body={"model": "m-32k", "messages": [

@@ -40,18 +40,14 @@ async def test_a_write_is_in_force_at_once_and_cached_policies_are_reused(
 
 
 async def test_another_processs_write_is_seen_after_refresh(
-        store_target: Callable[[str], Path | str]) -> None:
-    mine, theirs = Store(store_target("p.db")), Store(store_target("p.db"))
-    try:
-        service = PolicyService(PLATFORM, mine)
-        assert service.resolve("acme").rerank.keep == 8
-        theirs.atomic(write_layer, "acme", None, {"rerank.keep": 5})
-        assert service.resolve("acme").rerank.keep == 8  # until refreshed
-        assert await service.refresh() is True
-        assert service.resolve("acme").rerank.keep == 5
-    finally:
-        mine.close()
-        theirs.close()
+        two_stores: tuple[Store, Store]) -> None:
+    mine, theirs = two_stores
+    service = PolicyService(PLATFORM, mine)
+    assert service.resolve("acme").rerank.keep == 8
+    theirs.atomic(write_layer, "acme", None, {"rerank.keep": 5})
+    assert service.resolve("acme").rerank.keep == 8  # until refreshed
+    assert await service.refresh() is True
+    assert service.resolve("acme").rerank.keep == 5
 
 
 async def test_yaml_organizations_refuse_api_writes_and_set_platform_drops_the_cache() -> None:

@@ -4,7 +4,6 @@ and how an unreachable or slow upstream becomes a 502 or a 504 counted in the me
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
 
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -52,11 +51,8 @@ def test_response_headers_drop_echoed_credentials_and_the_secret() -> None:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeUpstream]:
-    f = FakeUpstream(models={"m-32k": 32_768})
-    await f.start()
-    yield f
-    await f.stop()
+def fake(fake_upstream: FakeUpstream) -> FakeUpstream:
+    return fake_upstream
 
 
 async def test_open_answers_and_counts_error_statuses(fake: FakeUpstream) -> None:

@@ -4,8 +4,6 @@ error status or a body that is no chat completion fails as ``CompletionFailed``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import orjson
 import pytest
 
@@ -18,12 +16,8 @@ PAYLOAD = {"model": "gpt-4o", "messages": [{"role": "user", "content": "summariz
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    upstream = Upstream(await fake.start(), "sk-own", 5.0)
-    yield fake, upstream
-    await upstream.close()
-    await fake.stop()
+def served(upstream_client: tuple[FakeUpstream, Upstream]) -> tuple[FakeUpstream, Upstream]:
+    return upstream_client
 
 
 def test_parse_completion_reads_content_reason_and_usage() -> None:

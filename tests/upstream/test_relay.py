@@ -5,7 +5,6 @@ read in full or refused cleanly (broken, stalled, over the cap), error bodies re
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -32,12 +31,10 @@ CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    upstream = Upstream(await fake.start(), KEY, 0.5)
-    yield fake, upstream
-    await upstream.close()
-    await fake.stop()
+def served(upstream_client: tuple[FakeUpstream, Upstream]) -> tuple[FakeUpstream, Upstream]:
+    fake, client = upstream_client
+    client.api_key, client.first_byte_timeout_s = KEY, 0.5  # before its first call
+    return fake, client
 
 
 async def post(upstream: Upstream, body: object = CHAT) -> aiohttp.ClientResponse:

@@ -5,7 +5,6 @@ second apply reuses the stored one) and dropped with it; one preparation lease a
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from proxy.context.records.compactions import Records
 from proxy.context.summary.prepared import PreparedStore, made_now
@@ -32,36 +31,28 @@ async def test_one_prepared_summary_per_conversation_replaced_whole(
 
 
 async def test_applying_stores_one_compaction_however_many_replicas_apply(
-        store_target: Callable[[str], Path | str]) -> None:
-    a, b = Store(store_target("p.db")), Store(store_target("p.db"))
-    try:
-        mine, theirs = PreparedStore(Records(a), "replica-a"), PreparedStore(Records(b),
-                                                                             "replica-b")
-        made = prep()
-        await mine.put("acme", made)  # type: ignore[arg-type]
-        rec, stored = await mine.apply("acme", made, 9000, 1500)  # type: ignore[arg-type]
-        again, second = await theirs.apply("acme", made, 9000, 1500)  # type: ignore[arg-type]
-        assert stored and not second and again.id == rec.id and rec.kind == "auto"
-        assert (rec.tokens_before, rec.tokens_after, rec.covered) == (9000, 1500, 12)
-        assert await mine.load(CONV) is None  # dropped with the apply
-    finally:
-        a.close()
-        b.close()
+        two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
+    mine, theirs = PreparedStore(Records(a), "replica-a"), PreparedStore(Records(b),
+                                                                         "replica-b")
+    made = prep()
+    await mine.put("acme", made)  # type: ignore[arg-type]
+    rec, stored = await mine.apply("acme", made, 9000, 1500)  # type: ignore[arg-type]
+    again, second = await theirs.apply("acme", made, 9000, 1500)  # type: ignore[arg-type]
+    assert stored and not second and again.id == rec.id and rec.kind == "auto"
+    assert (rec.tokens_before, rec.tokens_after, rec.covered) == (9000, 1500, 12)
+    assert await mine.load(CONV) is None  # dropped with the apply
 
 
 async def test_one_preparation_lease_per_conversation(
-        store_target: Callable[[str], Path | str]) -> None:
-    a, b = Store(store_target("p.db")), Store(store_target("p.db"))
-    try:
-        mine, theirs = PreparedStore(Records(a), "replica-a"), PreparedStore(Records(b),
-                                                                             "replica-b")
-        first = await mine.claim(CONV)
-        assert (first.holder, first.existing, first.newest_seq) == (True, None, 0)
-        assert not (await theirs.claim(CONV)).holder
-        await mine.put("acme", prep())  # type: ignore[arg-type]
-        await mine.apply("acme", prep(), 9000, 1500)  # type: ignore[arg-type]
-        later = await mine.claim(CONV)  # its own lease again, extended
-        assert later.holder and later.newest_seq == 1
-    finally:
-        a.close()
-        b.close()
+        two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
+    mine, theirs = PreparedStore(Records(a), "replica-a"), PreparedStore(Records(b),
+                                                                         "replica-b")
+    first = await mine.claim(CONV)
+    assert (first.holder, first.existing, first.newest_seq) == (True, None, 0)
+    assert not (await theirs.claim(CONV)).holder
+    await mine.put("acme", prep())  # type: ignore[arg-type]
+    await mine.apply("acme", prep(), 9000, 1500)  # type: ignore[arg-type]
+    later = await mine.claim(CONV)  # its own lease again, extended
+    assert later.holder and later.newest_seq == 1

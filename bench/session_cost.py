@@ -177,18 +177,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(the value read as JSON, else as text; repeatable)")
     p.add_argument("--matrix", action="store_true",
                    help="play the session-cost matrix (bench/session_matrix.py); --only then "
-                        "names cells, e.g. 32k/mid/s11")
+                        "names cells or patterns, e.g. 32k/mid/s11 or '200k/*', and --policy "
+                        "fields join the default policy's column")
     p.add_argument("--workers", type=int, default=2, help="processes for --matrix")
     args = p.parse_args(argv)
-    if args.matrix:
-        from bench import session_matrix
-
-        return session_matrix.main(args.workers, args.only or ())
     try:
         policy = dict(_setting(item) for item in args.policy)
         validate_layer(policy)
     except ValueError as e:
         p.error(str(e))
+    if args.matrix:
+        from bench import session_matrix
+
+        return session_matrix.main(args.workers, args.only or (), policy)
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]

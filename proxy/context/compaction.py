@@ -2,11 +2,11 @@
 
 The stages decide what to summarize (``proxy.context.stages``); this module pays for it. When
 the summary model is the request's own model, the summary call rides the provider's prompt
-cache: it sends the list as it is sent (the conversation's last request is a prefix of it) with
-the same tools, then what that prefix lacks (the original text of masked outputs in the covered
-range, so a fact buried in one survives) and the instruction last. When those originals do not
-fit beside the prefix, they are first condensed into notes that do (from a transcript of them
-alone, in pieces when long), and the notes go after the prefix instead. When not even the
+cache: it sends the covered range as it is sent (a prefix of the conversation's last request)
+with the same tools, then what that prefix lacks (the original text of masked outputs in the
+covered range, so a fact buried in one survives) and the instruction last. When those originals
+do not fit beside the prefix, they are first condensed into notes that do (from a transcript of
+them alone, in pieces when long), and the notes go after the prefix instead. When not even the
 prefix fits, or another model summarizes, the covered range is summarized from a transcript,
 in pieces and then merged when it is long.
 """

@@ -37,6 +37,7 @@ from typing import Any
 
 import openai
 
+from proxy.context.stages.compact import LASTING_CAP
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
@@ -54,6 +55,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "default": {}, "off": {"masking.enabled": False}, "flat": {"masking.in_steps": False}}
 FIXED_TOKENS = 20_000  # a large fixed prompt: system and tools, as Claude Code sends
 SPILL = re.compile(r"spill ([0-9a-f]{16})")
+FULL = LASTING_CAP  # a request over this share of the window leaves its answer no room: it
+# does not fit without a summary
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ class Played:
     client: list[int] = field(default_factory=list)
     summary_turns: list[int] = field(default_factory=list)
     needed: set[int] = field(default_factory=set)  # summary turns whose request would not
-    # have fit the window without a new summary (the previous request as sent, grown)
+    # have fit the window without a new summary (the previous request as sent, grown, over
+    # FULL x window)
     rewrites: float = 0.0
     over: int = 0  # main calls over the window
     missing: list[str] = field(default_factory=list)  # planted facts neither sent nor spilled
@@ -192,7 +196,7 @@ def play(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> Played
                     out.fits.append(call)
                 if call.summary:
                     out.summary_turns.append(turn)
-                    if grown > cell.window:
+                    if grown > FULL * cell.window:
                         out.needed.add(turn)
                 else:
                     out.over += call.prompt_tokens > cell.window
@@ -303,7 +307,7 @@ def report(results: Sequence[Played]) -> list[str]:
           "(reads 0.1); f*: the same over the turns pass-through fits the window; cach: cached "
           "share; rewr: prefix rewrites; summ: summary calls; s.cch: their cached share; cons: "
           "consecutive turns both making a summary call where the second one's request would "
-          "have fit the window without it; lost: planted facts neither sent nor in a spill; "
+          f"have fit the window without it (under {FULL:.0%} of it); lost: planted facts neither sent nor in a spill; "
           "over: main calls over the window; vrb: newest 5 results verbatim; err: failed "
           "requests. Verdict: default <= 1.05x min(off, flat) per session and <= 1.05x off "
           "over the fits turns, at both write prices (session@w, fits@w), and the default's "

@@ -51,7 +51,10 @@ from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
 SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
-LASTING_CAP = 0.95  # of the window: the highest a large fixed part raises the trigger
+LASTING_CAP = 0.95  # of the window: the highest a large fixed part raises the trigger, and
+# the most a request may fill while a compaction that would not last waits
+GROWTH_TURNS = 4  # the newest turns whose mean size is a turn's growth
+LASTING_TURNS = 2  # turns of growth a compaction must leave room for under its trigger
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,26 @@ def lasting_trigger(scope: Scope, fixed: int, summary_max: int) -> int:
     budget = int(scope.policy.compaction.keep_ratio * w)
     lasting = fixed + summary_max + SUMMARY_FRAME_TOKENS + 2 * budget
     return max(trigger_tokens(scope), min(lasting, int(LASTING_CAP * w)))
+
+
+def fixed_tokens(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Sequence[int],
+                 bounds: list[tuple[int, int]] | None = None,
+                 kept: set[int] | None = None) -> int:
+    """What a compaction keeps whatever happens: the request's overhead (tools) and the tool
+    groups holding system and developer messages, the first user message, protected and
+    pinned messages (``tokens`` aligns with ``messages``)."""
+    bounds = group_bounds(messages) if bounds is None else bounds
+    kept = _preserved_groups(messages, scope.policy, bounds) if kept is None else kept
+    return scope.overhead() + sum(tokens[i] for g in kept for i in range(*bounds[g]))
+
+
+def expected_trigger(messages: Sequence[Mapping[str, Any]], scope: Scope,
+                     tokens: Sequence[int]) -> int:
+    """The trigger a compaction of ``messages`` would use (``lasting_trigger`` of its fixed
+    part): what masking weighs a step against."""
+    cp = scope.policy.compaction
+    summary_max = min(int(cp.summary_ratio * scope.compaction_window), cp.summary_max_tokens)
+    return lasting_trigger(scope, fixed_tokens(messages, scope, tokens), summary_max)
 
 
 def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:
@@ -173,8 +196,8 @@ def plan_compaction(
     kept = _preserved_groups(messages, policy, bounds)
     budget = int(cp.keep_ratio * w)
     summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
-    fixed = overhead + sum(tokens[i] for g in kept for i in range(*bounds[g]))
-    trigger = lasting_trigger(scope, fixed, summary_max)
+    trigger = lasting_trigger(scope, fixed_tokens(messages, scope, tokens, bounds, kept),
+                              summary_max)
     if not force and total <= trigger:
         return None
     keep_start = _keep_start(tokens, budget)
@@ -197,6 +220,10 @@ def plan_compaction(
         else:
             kept.add(group_of[last_user])
     preserved = tuple(i for g in sorted(kept) for i in range(*bounds[g]) if i < cut)
+    if not force and total <= LASTING_CAP * w and not _lasts(
+            sum(tokens[i] for i in preserved) + summary_max + SUMMARY_FRAME_TOKENS + overhead
+            + sum(tokens[cut:]), _growth(messages, tokens), trigger):
+        return None
     taken = set(preserved)
     summarize = tuple(i for i in range(cut) if i not in taken)
     new = [i for i in summarize if not is_summary(messages[i])]
@@ -206,6 +233,25 @@ def plan_compaction(
         summary_max_tokens=summary_max, forced=force,
         new_messages=len(new), new_tokens=sum(tokens[i] for i in new),
     )
+
+
+def _lasts(after: int, growth: float, trigger: int) -> bool:
+    """Whether a compaction whose rewritten list has ``after`` tokens (its summary counted at
+    ``max_tokens``) leaves room under ``trigger`` for ``LASTING_TURNS`` turns of ``growth``.
+    One that does not would make the next turn, or the one after, compact again; while the
+    request fits the window it waits, so that two consecutive turns summarize only when the
+    second would not fit without it."""
+    return after + LASTING_TURNS * growth <= trigger
+
+
+def _growth(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> float:
+    """Tokens a turn adds, from the list's newest ``GROWTH_TURNS`` turns (each an assistant
+    message and what follows it up to the next)."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not starts:
+        return 0.0
+    newest = starts[-GROWTH_TURNS:]
+    return sum(tokens[newest[0]:]) / len(newest)
 
 
 def summary_message(summary_text: str, policy: Policy) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import math
 import random
 import re
 import tempfile
+import textwrap
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -303,15 +304,17 @@ def report(results: Sequence[Played]) -> list[str]:
             head = f"{cell.name:<22} {cell.turns():>5}" if i == 0 else " " * 28
             tail = ("  ok" if not verdict else "  FAILS " + ",".join(verdict)) if i == 0 else ""
             print(f"{head} {_row(row[name])}{tail}")
-    print("\ns1.0/s1.25: session cost over pass-through, cache writes at 1.0/1.25x input "
-          "(reads 0.1); f*: the same over the turns pass-through fits the window; cach: cached "
-          "share; rewr: prefix rewrites; summ: summary calls; s.cch: their cached share; cons: "
-          "consecutive turns both making a summary call where the second one's request would "
-          f"have fit the window without it (under {FULL:.0%} of it); lost: planted facts neither sent nor in a spill; "
-          "over: main calls over the window; vrb: newest 5 results verbatim; err: failed "
-          "requests. Verdict: default <= 1.05x min(off, flat) per session and <= 1.05x off "
-          "over the fits turns, at both write prices (session@w, fits@w), and the default's "
-          "cons, lost, over, err 0, vrb y and s.cch >= 0.70 where it makes summary calls.")
+    print(textwrap.fill(
+        "s1.0/s1.25: session cost over pass-through, cache writes at 1.0/1.25x input (reads "
+        "0.1); f*: the same over the turns pass-through fits the window; cach: cached share; "
+        "rewr: prefix rewrites; summ: summary calls; s.cch: their cached share; cons: "
+        "consecutive turns both making a summary call where the second one's request would "
+        f"have fit the window without it (under {FULL:.0%} of it); lost: planted facts neither "
+        "sent nor in a spill; over: main calls over the window; vrb: newest 5 results "
+        "verbatim; err: failed requests. Verdict: default <= 1.05x min(off, flat) per session "
+        "and <= 1.05x off over the fits turns, at both write prices (session@w, fits@w), and "
+        "the default's cons, lost, over, err 0, vrb y and s.cch >= 0.70 where it makes "
+        "summary calls.", 100, initial_indent="\n"))
     print(f"default fails in {len(losses)} of {len(by)} cells" +
           "".join(f"\n  {x}" for x in losses))
     return losses

@@ -165,3 +165,24 @@ def test_summary_calls_ride_the_covered_range_when_the_whole_list_does_not_fit(
             assert before["messages"][:len(body["messages"]) - 1] == body["messages"][:-1]
     first = next(t for t in played if any(is_summary(m) for m in t.sent))
     assert fact in next(m["content"] for m in first.sent if is_summary(m))
+
+
+def test_no_two_consecutive_turns_summarize_unless_the_second_would_not_fit(
+        make_harness: Any, sdk: Any) -> None:
+    """At 32k with 4-16k-token outputs one result may fill half the window: a compaction that
+    would not last two turns waits while the request fits, so a turn right after a summary
+    makes another only when its request would not fit without it (over 95% of the window)."""
+    model, script = "gpt-4o-w32k", Script()
+    spec = agent.AgentSpec(seed=11, output_tokens=(4000, 16000), thought_words=(10, 40))
+    h = make_harness(fake=FakeUpstream(models={model: 32_000}, responder=script.respond))
+    played = play(h, sdk(h, h.create_key()), script, spec, 24, model)
+    summarized = [i for i, t in enumerate(played) if t.summaries]
+    assert len(summarized) >= 4
+    for t in played:
+        assert t.main["prompt_tokens"] <= 32_000
+    for before, now in itertools.pairwise(summarized):
+        if now == before + 1:  # the list as sent last turn, grown by this turn's messages
+            grown = played[before].main["prompt_tokens"] + \
+                int(played[now].headers["x-context-tokens-before"]) - \
+                int(played[before].headers["x-context-tokens-before"])
+            assert grown > 0.95 * 32_000, (before, now, grown)

@@ -1,9 +1,10 @@
 """``X-Context-Overhead-Ms`` against the added latency it should explain: at concurrency 1,
 requests alternate between the fake upstream itself (``direct``) and context-proxy in front of
 it; the added latency is the difference of their medians, compared with the median of what the
-proxy says in the header (SPEC section 6: within 1 ms). The bare relay is measured the same
-way: what it adds is the HTTP legs every relay pays (parsing, the second connection), which no
-header of the proxy's own can see; context-proxy minus the bare relay is the proxy's work."""
+proxy says in the header (SPEC section 6: within 1 ms). The header is the proxy's time from its
+middleware's entry to its answer's headers, less the waits on the upstream; what it cannot see
+(aiohttp reading the request's head, writing the answer, the loopback legs of the extra hop)
+is what every relay pays, so the bare relay is measured the same way beside it."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def serve_fake(chunk_delay_ms: float) -> None:
 
     try:
         fakeupstream.approx_tokens(build_messages())
-    except Exception as e:  # proxy.context.tokens being edited: a fixed-cost stand-in, same for all
+    except Exception as e:  # the token counter being edited: a fixed-cost stand-in, same for all
         print(f"fake: token counting unavailable ({type(e).__name__}: {e}); using len/4",
               file=sys.stderr)
         fakeupstream.approx_tokens = lambda messages: len(json.dumps(messages)) // 4

@@ -179,7 +179,7 @@ def count_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | N
                  model: str = MODEL) -> int | None:
     """Prompt tokens as context-proxy counts them; None when its token module fails to load."""
     try:
-        from proxy.context.tokens import TokenCounter
+        from proxy.context.tokens.counter import TokenCounter
 
         return int(TokenCounter().count_messages(messages, model, tools))
     except Exception:

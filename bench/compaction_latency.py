@@ -42,8 +42,8 @@ from proxy.policy.model import validate_layer  # noqa: E402
 from proxy.policy.platform import PlatformConfig  # noqa: E402
 from proxy.testing import agent  # noqa: E402
 from proxy.testing.cost import Call, cached_share, cost  # noqa: E402
+from proxy.testing.fake.faults import Fault  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request  # noqa: E402
-from proxy.testing.faults import Fault  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
 
 RECOMMENDED_RATIO = 0.70  # docs/configuration.md; the policy default (1.0) is off

@@ -68,9 +68,9 @@ async def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.quick)
     bodies = {False: small_body(False), True: small_body(True)}
     tokens = count_tokens(build_messages(), TOOLS, MODEL)
-    grow = None if args.no_large or args.only_scenarios else \
+    grow = None if args.no_large or args.only_scenarios or args.only_header else \
         Growing(plan.rounds * plan.large_per_round, plan.large_warmup)
-    scenarios = {} if args.no_scenarios else SCENARIOS
+    scenarios = {} if args.no_scenarios or args.only_header else SCENARIOS
 
     def say(line: str) -> None:
         print(line, flush=True)
@@ -79,7 +79,7 @@ async def run(args: argparse.Namespace) -> int:
         f"{platform.python_version()}, aiohttp {aiohttp.__version__}"
         f"{', quick' if args.quick else ''}")
     say(f"small request: 50 messages + 4 tool schemas, {len(bodies[False]):,} bytes, "
-        f"{tokens if tokens is not None else '?'} tokens (o200k_base, proxy.context.tokens); "
+        f"{tokens if tokens is not None else '?'} tokens (o200k_base, the proxy's counter); "
         f"the fake streams 4 content chunks + finish + usage + [DONE], "
         f"{args.chunk_delay_ms:g} ms apart")
     if grow is not None:
@@ -120,7 +120,7 @@ async def run(args: argparse.Namespace) -> int:
                 await wait_quiet(ours, args.wait_quiet, say)
                 meter = LoadMeter(ours)
                 fake_pid = procs.procs[0].pid
-                cells = {} if args.only_scenarios else \
+                cells = {} if args.only_scenarios or args.only_header else \
                     await measure(session, targets, bodies, plan, fake_pid, say)
                 cells |= await measure_scenarios(session, targets, scenarios, plan, fake_pid,
                                                  say)
@@ -158,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "growing conversation, 16 conversations)")
     p.add_argument("--only-scenarios", action="store_true",
                    help="measure only those scenarios (implies --no-large)")
+    p.add_argument("--only-header", action="store_true",
+                   help="check only X-Context-Overhead-Ms against the added latency")
     p.add_argument("--policy-load", action="store_true",
                    help="also measure context-proxy on a database of 1,000 organizations and "
                         "10,000 keys (row 'cp (1k orgs)')")

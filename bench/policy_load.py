@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from proxy.store import Store, hash_key  # noqa: E402
+from proxy.store import Store  # noqa: E402
+from proxy.store.keys import hash_key  # noqa: E402
 
 ORGS = 1_000
 KEYS = 10_000
@@ -86,8 +87,8 @@ class _Req:
 async def _lookup_ns(db: Path, keys: list[str], rounds: int) -> tuple[float, float, float]:
     """(median ns per auth + resolve, median ns per resolve alone, ms per full reload)."""
     from proxy.auth import Authenticator
+    from proxy.policy.live import PolicyService
     from proxy.policy.platform import PlatformConfig
-    from proxy.policy.service import PolicyService
 
     store = Store(db)
     try:

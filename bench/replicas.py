@@ -75,7 +75,7 @@ async def start_replica(procs: Procs, session: aiohttp.ClientSession, name: str,
 def new_key(target: Path | str) -> str:
     store = Store(target)  # also migrates: the replicas then start on a ready schema
     try:
-        return store.create_key("bench")[1]
+        return store.keys.create("bench")[1]
     finally:
         store.close()
 

@@ -2,6 +2,10 @@
 forwarder of ``proxy.testing.forwarder``, 30 clients of mixed traffic, a 10 s silent
 partition (bytes dropped, no reset) and then a 10 s refused port.
 
+Every server is a process of its own: the replicas, the fake upstream (``--serve-fake``) and
+the forwarder (``ForwarderProcess``), so none of them waits behind this process's load
+generator for the interpreter lock; the request bodies are serialized once.
+
 Clients: 24 on keys seen before the outage by every replica (chat completions, each its own
 conversation that grows until it is compacted, and some ``/v1/responses``), 6 on keys first
 used during it (an unseen key each time: a 503 ``store_unavailable`` is their right answer
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,13 @@ if str(BENCH.parent) not in sys.path:
     sys.path.insert(0, str(BENCH.parent))
 
 import aiohttp  # noqa: E402
+import orjson  # noqa: E402
 
+from proxy.store import Store  # noqa: E402
 from proxy.store.postgres import connect  # noqa: E402
 from proxy.testing import agent  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream  # noqa: E402
-from proxy.testing.forwarder import Forwarder  # noqa: E402
+from proxy.testing.forwarder import ForwarderProcess  # noqa: E402
 from proxy.testing.replicas import Replicas  # noqa: E402
 
 DEFAULT_DB = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -53,6 +60,8 @@ POLICIES = f"""defaults:
 """
 SEEN, UNSEEN = 24, 6
 BOUND_S = 1.5
+SAID = ("X-Request-Id", "X-Context-Compaction", "X-Context-Summary-Wait-Ms",
+        "X-Context-Overhead-Ms")  # of each answer --verbose lists
 SPEC = agent.AgentSpec(seed=7, output_tokens=(600, 900), thought_words=(5, 10))
 
 
@@ -61,8 +70,12 @@ class Run:
     phase: str = "before"
     # (phase, kind, start, seconds, status): kind "seen" or "unseen"
     answers: list[tuple[str, str, float, float, int]] = field(default_factory=list)
+    # (phase, kind, start, seconds, status, replica port, what the proxy said): over the
+    # bound, or not a 200 outside an outage; printed with --verbose
+    odd: list[tuple[str, str, float, float, int, str, str]] = field(default_factory=list)
     health: list[tuple[str, float]] = field(default_factory=list)
     phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, wall clock start)
+    starts: dict[str, float] = field(default_factory=dict)  # phase -> monotonic start
     dividers: set[str] = field(default_factory=set)
     requests_by_conv: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     stop: bool = False
@@ -77,49 +90,74 @@ def schema_url(server: str, schema: str, port: int) -> str:
 
 
 async def timed(run: Run, session: aiohttp.ClientSession, method: str, url: str,
-                kind: str = "seen", **kw: Any) -> tuple[int, dict[str, str]]:
+                kind: str = "seen", **kw: Any) -> tuple[int, Mapping[str, str]]:
     t0 = time.monotonic()
     phase = run.phase
     try:
         async with session.request(method, url, timeout=aiohttp.ClientTimeout(total=30),
                                    **kw) as r:
             await r.read()
-            status, headers = r.status, dict(r.headers)
+            status, headers = r.status, r.headers.copy()
     except (aiohttp.ClientError, TimeoutError):
         status, headers = 0, {}
-    run.answers.append((phase, kind, t0, time.monotonic() - t0, status))
+    took = time.monotonic() - t0
+    run.answers.append((phase, kind, t0, took, status))
+    if took > BOUND_S or (status != 200 and phase in ("before", "between", "after")):
+        said = " ".join(f"{h.removeprefix('X-Context-')}={headers[h]}" for h in SAID
+                        if h in headers)
+        run.odd.append((phase, kind, t0, took, status, urlsplit(url).netloc.rsplit(":", 1)[1],
+                        said))
     return status, headers
+
+
+def bodies() -> list[bytes]:
+    """The chat bodies every seen client sends in turn (one conversation that grows)."""
+    messages = agent.conversation(SPEC, 40)
+    ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    return [orjson.dumps({"model": MODEL, "messages": messages[:end], "tools": agent.TOOLS})
+            for end in ends]
+
+
+BODIES: list[bytes] = []
+EVERY_S: list[float] = []  # --every-s: each seen client's request period (else closed loop)
+
+
+async def pause(started: float) -> None:
+    """Closed loop (a 50 ms pause after each answer: as much load as the machine takes), or
+    one request per ``--every-s`` seconds (a fixed rate, below saturation)."""
+    if EVERY_S:
+        await asyncio.sleep(max(0.0, started + EVERY_S[0] - time.monotonic()))
+    else:
+        await asyncio.sleep(0.05)
 
 
 async def seen_client(run: Run, r: Replicas, session: aiohttp.ClientSession, key: str,
                       n: int) -> None:
-    messages = agent.conversation(SPEC, 40)
-    ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     conv, turn = f"c{n}-{secrets.token_hex(3)}", 0
     while not run.stop:
+        started = time.monotonic()
         base = r.url(r.next_index())
         if n % 4 == 3:  # some Responses API traffic
             await timed(run, session, "POST", base + "/responses",
                         headers={"Authorization": f"Bearer {key}"},
                         json={"model": "gpt-4o", "input": "hi"})
         else:
-            body = {"model": MODEL, "messages": messages[:ends[turn % len(ends)]],
-                    "tools": agent.TOOLS}
             status, headers = await timed(run, session, "POST", base + "/chat/completions",
-                                          json=body, headers={
+                                          data=BODIES[turn % len(BODIES)], headers={
                                               "Authorization": f"Bearer {key}",
+                                              "Content-Type": "application/json",
                                               "X-Conversation-Id": conv})
             if status == 200:
                 run.requests_by_conv[conv] += 1
                 if headers.get("X-Context-Divider-Id"):
                     run.dividers.add(headers["X-Context-Divider-Id"])
             turn += 1
-        await asyncio.sleep(0.05)
+        await pause(started)
 
 
 async def unseen_client(run: Run, r: Replicas, session: aiohttp.ClientSession) -> None:
     while not run.stop:
-        key = await asyncio.to_thread(r.create_key) if run.phase in ("before", "after") \
+        key = await asyncio.to_thread(new_key) if run.phase in ("before", "after") \
             else run_keys.pop() if run_keys else None
         if key is None:
             await asyncio.sleep(0.1)
@@ -131,6 +169,12 @@ async def unseen_client(run: Run, r: Replicas, session: aiohttp.ClientSession) -
 
 
 run_keys: list[str] = []  # keys made before the outage, first used during it
+# This process's own store, reached without the forwarder (the partition is the replicas').
+key_store: list[Store] = []
+
+
+def new_key() -> str:
+    return key_store[0].create_key("acme")[1]
 
 
 POLLER = """
@@ -161,6 +205,15 @@ async def health_poller(r: Replicas, seconds: float) -> list[tuple[float, float]
     return [(float(t), float(d)) for t, d in json.loads(out)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -168,7 +221,8 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
-def report(run: Run, returns: list[tuple[str, float]], fwd: Forwarder) -> None:
+def report(run: Run, returns: list[tuple[str, float]], fwd: ForwarderProcess,
+           verbose: bool) -> None:
     print(f"{'phase':<10} {'kind':<6} {'answers':>7} {'200':>5} {'503':>5} {'other':>5} "
           f"{'max s':>6} {'>1.5s':>5} {'healthz p99 ms':>14} {'max ms':>7}")
     for phase in ("before", "partition", "between", "refused", "after"):
@@ -196,6 +250,12 @@ def report(run: Run, returns: list[tuple[str, float]], fwd: Forwarder) -> None:
         print(f"after the {name} ended: full rate ({base_rate:.0f}/s) again within "
               f"{back if back is not None else float('nan'):.1f} s")
     print(f"bytes dropped by the partition: {fwd.dropped}")
+    if verbose:
+        print("answers over the bound, and answers other than 200 outside an outage "
+              "(s after their phase began):")
+        for phase, kind, t0, took, status, port, said in sorted(run.odd, key=lambda a: a[2]):
+            print(f"  {phase:<9} +{t0 - run.starts.get(phase, t0):5.2f} s  {kind:<6} "
+                  f"{status:>3} {took:5.2f} s  replica :{port} {said}")
 
 
 def check_store(url: str, run: Run, metrics: list[str]) -> None:
@@ -220,14 +280,19 @@ async def main(args: argparse.Namespace) -> None:
     schema = "bench_outage_" + secrets.token_hex(4)
     with connect(args.database_url) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    fwd = Forwarder(urlsplit(args.database_url).port or 5432).start()
+    fwd = ForwarderProcess(urlsplit(args.database_url).port or 5432).start()
+    fake = await start_fake()
+    BODIES[:] = bodies()
+    EVERY_S[:] = [args.every_s] if args.every_s else []
     url = schema_url(args.database_url, schema, fwd.port)
     tmp = Path(tempfile.mkdtemp(prefix="store-outage-"))
     run = Run()
     try:
-        with Replicas(tmp, url, 3, fake=FakeUpstream(), policies=POLICIES) as r:
-            seen = [r.create_key() for _ in range(SEEN)]
-            run_keys.extend(r.create_key() for _ in range(1500))
+        with Replicas(tmp, url, 3, policies=POLICIES, upstream=fake.url) as r:
+            key_store.append(Store(schema_url(args.database_url, schema,
+                                              urlsplit(args.database_url).port or 5432)))
+            seen = [new_key() for _ in range(SEEN)]
+            run_keys.extend(new_key() for _ in range(1500))
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
                 # Each replica validates keys for itself: every seen key is used once on each
                 # (the clients then go round-robin, as behind a load balancer).
@@ -240,6 +305,10 @@ async def main(args: argparse.Namespace) -> None:
                          for i in range(SEEN)]
                 tasks += [asyncio.create_task(unseen_client(run, r, s)) for _ in range(UNSEEN)]
                 total = args.warm_s + 2 * args.outage_s + 2 * args.gap_s
+                pids = {"this load generator": os.getpid(), "fake upstream": fake.proc.pid,
+                        "forwarder": fwd.pid,
+                        **{f"replica {i}": p.pid for i, p in enumerate(r.procs)}}
+                cpu0, load0 = {n: cpu_seconds(p) for n, p in pids.items()}, os.getloadavg()
                 poller = asyncio.create_task(health_poller(r, total))
                 returns = []
                 for phase, secs, start, end in (
@@ -252,12 +321,15 @@ async def main(args: argparse.Namespace) -> None:
                         start()
                     run.phase = phase
                     run.phases.append((phase, time.time()))
+                    run.starts[phase] = time.monotonic()
                     await asyncio.sleep(secs)
                     if end is not None:
                         end()
                         returns.append((phase, time.monotonic()))
                 run.stop = True
                 await asyncio.gather(*tasks, return_exceptions=True)
+                cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
+                load1 = os.getloadavg()
                 for t, d in await poller:
                     phase = [p for p, at in run.phases if at <= t][-1:] or ["before"]
                     run.health.append((phase[0], d))
@@ -266,18 +338,67 @@ async def main(args: argparse.Namespace) -> None:
                 for i in range(3):
                     async with s.get(r.url(i).removesuffix("/v1") + "/metrics") as m:
                         metrics.append(await m.text())
-            report(run, returns, fwd)
+            report(run, returns, fwd, args.verbose)
             check_store(url, run, metrics)
+            print(f"load average (1 min) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end "
+                  f"({os.cpu_count()} cores); CPU seconds over the {total:.0f} s: "
+                  + ", ".join(f"{n} {c:.1f}" for n, c in cpu.items()))
     finally:
+        for store in key_store:
+            store.close()
         fwd.stop()
+        fake.stop()
         with connect(args.database_url) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@dataclass
+class FakeProcess:
+    proc: asyncio.subprocess.Process
+    url: str
+
+    def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.terminate()
+
+
+async def start_fake() -> FakeProcess:
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve-fake",
+                                                stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+    if not url.startswith("http://"):
+        raise RuntimeError("the fake upstream did not start")
+    return FakeProcess(proc, url)
+
+
+def serve_fake() -> None:
+    """Child process: the fake upstream (no request log: the run is long) until the bench is
+    gone; prints its base URL."""
+    fake, parent = FakeUpstream(record=False), os.getppid()
+
+    async def serve() -> None:
+        print(await fake.start(), flush=True)
+        while os.getppid() == parent:
+            await asyncio.sleep(0.5)
+
+    asyncio.run(serve())
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve-fake"]:
+        serve_fake()
+        raise SystemExit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", default=DEFAULT_DB)
     parser.add_argument("--outage-s", type=float, default=10.0)
     parser.add_argument("--warm-s", type=float, default=8.0)
     parser.add_argument("--gap-s", type=float, default=8.0)
+    parser.add_argument("--every-s", type=float, default=None,
+                        help="each seen client sends a request every this many seconds (a "
+                             "fixed rate; default: a 50 ms pause after each answer, as much "
+                             "as the machine takes)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list each answer over the bound and each non-200 outside an "
+                             "outage, with its replica and X-Request-Id")
     asyncio.run(main(parser.parse_args()))

@@ -34,7 +34,7 @@ import anthropic
 import openai
 
 from proxy.testing import agent
-from proxy.testing.fake_apis import as_chat
+from proxy.testing.fake.fake_apis import as_chat
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
 from proxy.testing.harness import Harness
 

@@ -14,18 +14,19 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from proxy import console
-from proxy.auth import Authenticator
-from proxy.context.api_summarizer import api_summarizers
+from proxy.auth import DEFAULT_ORG, Authenticator
 from proxy.context.checked import CheckedLists
-from proxy.context.learned import LearnedWindows
-from proxy.context.records import Records
-from proxy.context.service import ContextService, upstream_summarizers
-from proxy.context.tokens import TokenCounter
-from proxy.context.window import WindowResolver
-from proxy.http import admin, apis, chat, conversations, ops, relay, rerank, responses_ws
+from proxy.context.managed import ContextService, upstream_summarizers
+from proxy.context.records.compactions import Records
+from proxy.context.records.learned import LearnedWindows
+from proxy.context.summary.in_api import api_summarizers
+from proxy.context.tokens.counter import TokenCounter
+from proxy.context.tokens.window import WindowResolver
+from proxy.http import admin, apis, chat, conversations, ops, passthrough, rerank
 from proxy.http.middleware import error_middleware, quiet_parser_errors, stamp_request_id
+from proxy.http.websocket import responses_ws
 from proxy.metrics import Metrics
-from proxy.policy.service import PolicyService
+from proxy.policy.live import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
 from proxy.state import SETTINGS, STATE, ProxyState
@@ -119,10 +120,16 @@ async def policy_context(app: web.Application) -> AsyncIterator[None]:
     state.policies.attach(state.store)
     task = asyncio.create_task(watch(state.policies, state.settings.policies_dir, state.metrics),
                                name="policy-watch")
+    # The tokenizers of unknown models and of the platform's summary model, loaded aside: the
+    # first compaction would otherwise wait for them (and, under load, for seconds).
+    summary_model = state.policies.resolve(DEFAULT_ORG).compaction.summary_model
+    warm = asyncio.create_task(asyncio.to_thread(
+        state.context.counter.preload, ["", *([summary_model] if summary_model else [])]))
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await asyncio.gather(warm, return_exceptions=True)
 
 
 async def _end_streams_in_time(app: web.Application) -> None:
@@ -157,7 +164,7 @@ def create_app(settings: Settings) -> web.Application:
     rerank.add_routes(app)
     responses_ws.add_routes(app)  # before apis: its GET /v1/responses is the upgrade
     apis.add_routes(app)
-    relay.add_routes(app)  # the catch-all: last of the /v1 routes
+    passthrough.add_routes(app)  # the catch-all: last of the /v1 routes
     if settings.admin_token:  # no token: the admin API does not exist (plain 404)
         admin.add_routes(app)
         console.add_routes(app, settings.admin_token)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from proxy.errors import ApiError
-from proxy.store import KeyRecord, Store, StoreUnavailable, hash_key
+from proxy.store import Store, StoreUnavailable
+from proxy.store.keys import KeyRecord, hash_key
 
 DEFAULT_ORG = "default"
 CHECK_EVERY_S = 0.05  # how stale the key cache may be for another process's writes
@@ -82,29 +83,33 @@ class Authenticator:
         self._checked = float("-inf")
         self._confirmed = float("-inf")  # the last time the store answered the version check
         self._writes = -1
-        self._check: asyncio.Future[None] | None = None
+        self._check: asyncio.Future[bool] | None = None
 
     async def _fresh_cache(self) -> dict[str, _Entry]:
         now = time.monotonic()
-        if now - self._checked < CHECK_EVERY_S and self._writes == self.store.key_writes:
+        if now - self._checked < CHECK_EVERY_S and self._writes == self.store.keys.writes:
             return self._cache
         if self._check is None:  # one check in flight; concurrent requests share it
             self._check = asyncio.ensure_future(self._check_version(now))
         check = self._check
-        await asyncio.shield(check)
+        if await asyncio.shield(check):  # the check waited out its deadline, so did we
+            self.store.late_here()
         return self._cache
 
-    async def _check_version(self, now: float) -> None:
+    async def _check_version(self, now: float) -> bool:
+        """Check the keys' version (and the cached keys when it moved); True when the store
+        was late to answer."""
         try:
-            self._checked, writes = now, self.store.key_writes
-            kv = await self.store.run(self.store.keys_version)
+            self._checked, writes = now, self.store.keys.writes
+            kv = await self.store.run(self.store.keys.version)
             if kv != self._keys_version:
                 await self._revalidate(kv)
             self._writes, self._confirmed = writes, time.monotonic()
-        except StoreUnavailable:
-            pass  # the cache stands; entries past the grace are refused (``_vouched``)
+        except StoreUnavailable as e:
+            return e.late  # the cache stands; entries past the grace are refused (``_vouched``)
         finally:
             self._check = None
+        return False
 
     async def _revalidate(self, kv: int) -> None:
         """After any key write (by any process): check every cached valid key again, in a few
@@ -122,7 +127,7 @@ class Authenticator:
         out: dict[str, KeyRecord] = {}
         for i in range(0, len(digests), CHUNK):
             chunk = digests[i:i + CHUNK]
-            for rec_hash, rec in self.store.find_keys(chunk):
+            for rec_hash, rec in self.store.keys.find_many(chunk):
                 out[rec_hash] = rec
         return out
 
@@ -162,7 +167,7 @@ class Authenticator:
             principal = self._vouched(entry)
         else:
             digest = hash_key(token)
-            rec = await self.store.run(self.store.find_key, digest)
+            rec = await self.store.run(self.store.keys.find, digest)
             principal = self._resolve(rec, token, digest)
             if len(cache) >= 100_000:
                 cache.clear()

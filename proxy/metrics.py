@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -54,7 +55,8 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r)
         self.overhead = Histogram(
             "context_proxy_overhead_seconds",
-            "Time the proxy spent on a request before forwarding it upstream.", ["route"],
+            "The proxy's own time on a request (X-Context-Overhead-Ms): from its arrival to its "
+            "answer, less the waits on the upstream and on summary calls.", ["route"],
             buckets=_OVERHEAD_BUCKETS, registry=r)
         # --- context management (SPEC sections 4–6) ---
         self.tokens_received = Counter(
@@ -142,7 +144,7 @@ class Metrics:
 
         self._operations(r)
         # Children bound once: ``labels()`` costs microseconds a call, several per request.
-        self.overhead_chat = self.overhead.labels("chat")
+        self._overhead_children: dict[str, Any] = {}
         self.upstream_chat = self.upstream_duration.labels("chat")
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -266,6 +268,13 @@ class Metrics:
         if child is None:
             child = self._in_flight_children[route] = self.in_flight.labels(route)
         return child
+
+    def overhead_for(self, route: str) -> Callable[[float], None]:
+        """``observe`` of the overhead histogram's child of ``route`` (a route name: few)."""
+        child = self._overhead_children.get(route)
+        if child is None:
+            child = self._overhead_children[route] = self.overhead.labels(route)
+        return child.observe
 
     def upstream_answered(self, route: str, status: int, seconds: float) -> None:
         """An upstream answer's headers arrived after ``seconds``; an error status counts."""

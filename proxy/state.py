@@ -8,9 +8,9 @@ from aiohttp import web
 
 from proxy.auth import Authenticator
 from proxy.context.checked import CheckedLists
-from proxy.context.service import ContextService
+from proxy.context.managed import ContextService
 from proxy.metrics import Metrics
-from proxy.policy.service import PolicyService
+from proxy.policy.live import PolicyService
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.upstream.client import Upstream

@@ -33,7 +33,7 @@ from conftest import need
 from proxy.console import queries
 from proxy.context.stages.mask import PLACEHOLDER_PREFIX
 from proxy.testing import agent_model
-from proxy.testing.fake_apis import MESSAGES, RESPONSES, as_chat
+from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES, as_chat
 from proxy.testing.fake_upstream import FakeUpstream, Recorded, is_summary_request
 from proxy.testing.harness import Answer, Harness
 

@@ -130,5 +130,8 @@ async def aclient(harness: Harness, key: str) -> AsyncIterator[openai.AsyncOpenA
         yield c
 
 
-# The admin console's fixtures (start_console, console, browser, page) live with its helpers.
+# The admin console's fixtures (start_console, console, browser, page) live with its helpers;
+# those of the application in process (make_app, fake_upstream, console_app, signed_in) with
+# theirs.
 from console_support import browser, console, page, start_console  # noqa: E402, F401
+from inproc import console_app, fake_upstream, make_app, signed_in  # noqa: E402, F401

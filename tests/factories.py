@@ -11,13 +11,13 @@ from typing import Any
 
 import yaml
 
-from proxy.context.compaction import compact
 from proxy.context.offload import run_inline
 from proxy.context.stages.compact import CompactionPlan, plan_compaction
-from proxy.context.stages.messages import format_summary
 from proxy.context.stages.scope import Scope
-from proxy.context.summarizer import Summarizer
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.shared import format_summary
+from proxy.context.summary.compaction import compact
+from proxy.context.summary.summarizer import Summarizer
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import Policy, validate_layer
 from proxy.policy.platform import PlatformConfig
 
@@ -155,7 +155,7 @@ async def compact_list(
     force: bool = False, *, plan: CompactionPlan | None = None, tools: list[Any] | None = None,
 ) -> Compaction:
     """Plan (unless ``plan`` is given) and run a compaction of ``messages`` the way the service
-    does, inline: the pure plan, then ``proxy.context.compaction.compact``."""
+    does, inline: the pure plan, then ``proxy.context.summary.compaction.compact``."""
     scope = Scope(policy, window, counter, model, tools)
     plan = plan or plan_compaction(messages, scope, force=force)
     before = scope.count(messages)

@@ -206,6 +206,36 @@ def test_the_code_map_points_at_code_that_exists() -> None:
             assert re.search(rf"(def|class) {leaf}\b|^{leaf} = ", source, re.M), (row, name)
 
 
+def code_map_misses(readme: str, root: Path) -> list[str]:
+    """Modules of ``proxy/`` the README's code map does not name in its package's line (the line
+    that starts with the package folder, e.g. ``- `proxy/context/summary/`: ...``)."""
+    import re
+
+    section = readme.split("## Code map", 1)[1].split("\n### ", 1)[0]
+    lines = {m.group(1): m.group(2) for m in re.finditer(
+        r"^- `(proxy/(?:[\w]+/)*)`:(.*?)(?=^- `|\Z)", section, re.M | re.S)}
+    missing = []
+    for path in sorted((root / "proxy").rglob("*.py")):
+        folder = str(path.parent.relative_to(root)) + "/"
+        if path.name == "__init__.py" and folder != "proxy/":
+            continue
+        if f"`{path.name}`" not in lines.get(folder, ""):
+            missing.append(str(path.relative_to(root)))
+    return [m for m in missing if m != "proxy/__init__.py"]
+
+
+def test_the_code_map_names_every_module() -> None:
+    assert code_map_misses((ROOT / "README.md").read_text(), ROOT) == []
+
+
+def test_a_module_missing_from_the_code_map_is_found(tmp_path: Path) -> None:
+    (tmp_path / "proxy" / "store").mkdir(parents=True)
+    for name in ("__init__.py", "app.py", "store/__init__.py", "store/keys.py"):
+        (tmp_path / "proxy" / name).write_text("")
+    readme = "## Code map\n\n- `proxy/`: `app.py`.\n- `proxy/store/`: `sqlite.py`.\n"
+    assert code_map_misses(readme, tmp_path) == ["proxy/store/keys.py"]
+
+
 def test_every_link_between_the_pages_resolves() -> None:
     """README's short top links to the pages in docs/; each relative link names a file."""
     import re

@@ -21,9 +21,10 @@ STAGES = "proxy.context.stages"
 # network, and the context modules that wrap them.
 STAGE_FORBIDDEN = (
     "proxy.store", "proxy.upstream", "proxy.http", "proxy.metrics", "proxy.context.offload",
-    "proxy.context.records", "proxy.context.service", "proxy.context.summarizer",
-    "proxy.context.window", "proxy.state", "proxy.app",
-    "aiohttp", "asyncio", "sqlite3", "sqlite_utils", "prometheus_client", "litellm",
+    "proxy.context.records.compactions", "proxy.context.managed",
+    "proxy.context.summary.summarizer",
+    "proxy.context.tokens.window", "proxy.state", "proxy.app",
+    "aiohttp", "asyncio", "sqlite3", "prometheus_client", "litellm",
 )
 
 
@@ -263,3 +264,162 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     (tmp_path / "proxy" / "store" / "rows.py").write_text("from proxy.http import parse\n")
     found = upward_imports(package_modules(tmp_path))
     assert found == ["proxy.store.rows imports proxy.http.parse"]
+
+
+MAX_MODULES_PER_FOLDER = 12
+
+
+def crowded_folders(root: Path = ROOT) -> dict[str, int]:
+    """Package folders with more than ``MAX_MODULES_PER_FOLDER`` modules at one level
+    (``__init__.py`` and ``__main__.py`` aside)."""
+    counts = Counter(str(p.parent.relative_to(root)) for p in (root / "proxy").rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    return {folder: n for folder, n in sorted(counts.items()) if n > MAX_MODULES_PER_FOLDER}
+
+
+def shared_module_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module basenames used in more than one folder of ``proxy`` (a reader, a traceback or a
+    grep then has to ask which ``service.py`` is meant)."""
+    where: dict[str, list[str]] = {}
+    for p in sorted((root / "proxy").rglob("*.py")):
+        if p.name not in ("__init__.py", "__main__.py"):
+            where.setdefault(p.name, []).append(str(p.relative_to(root)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_package_folder_is_crowded() -> None:
+    assert crowded_folders() == {}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_module_names() == {}
+
+
+def test_crowding_and_shared_names_are_found(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / "proxy" / folder).mkdir(parents=True)
+        (tmp_path / "proxy" / folder / "service.py").write_text("")
+    for i in range(MAX_MODULES_PER_FOLDER):
+        (tmp_path / "proxy" / "a" / f"m{i}.py").write_text("")
+    assert crowded_folders(tmp_path) == {"proxy/a": MAX_MODULES_PER_FOLDER + 1}
+    assert shared_module_names(tmp_path) == {
+        "service.py": ["proxy/a/service.py", "proxy/b/service.py"]}
+
+
+# --- a unit test file per module ----------------------------------------------------------------
+# Every module that defines a function or a class has a test file of its own, at the mirror of
+# its path (``proxy/a/b.py``: ``tests/a/test_b.py``; a package's ``__init__.py``:
+# ``tests/a/test_a.py``; where two modules would share a file name, the package's name goes
+# first: ``tests/a/test_a_b.py``). That file imports the module and never starts the proxy: no
+# harness, no replicas, no console, none of the fixtures that serve one. It may still use the
+# fake upstream, a PostgreSQL server or a SQLite file: only the proxy is left out.
+
+SERVES_THE_PROXY = ("proxy.testing.harness", "proxy.testing.replicas", "proxy.cli.demo_serve")
+SERVING_FIXTURES = frozenset({
+    "harness", "make_harness", "key", "client", "aclient", "sdk", "start_console", "console",
+    "page", "browser", "replicas", "admin"})
+
+
+def defines_code(path: Path) -> bool:
+    """Whether a module defines a function or a class (a module of constants, or one that only
+    re-exports or runs ``main``, has nothing of its own to test)."""
+    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+               for n in ast.walk(ast.parse(path.read_text())))
+
+
+def unit_test_paths(module: str, path: Path) -> list[Path]:
+    """Where ``module``'s unit test may live: the mirror path, or the one with its package's
+    name first (for a name another package's module also has)."""
+    parts = module.split(".")[1:]
+    if path.name == "__init__.py":
+        folder, name = parts, parts[-1] if parts else "proxy"
+    else:
+        folder, name = parts[:-1], parts[-1]
+    base = ROOT / "tests" / Path(*folder) if folder else ROOT / "tests"
+    candidates = [base / f"test_{name}.py"]
+    if path.name != "__init__.py":
+        candidates.append(base / f"test_{folder[-1] if folder else 'proxy'}_{name}.py")
+    return candidates
+
+
+def _parametrized(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    names: set[str] = set()
+    for deco in fn.decorator_list:
+        if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute)
+                and deco.func.attr == "parametrize" and deco.args
+                and isinstance(deco.args[0], ast.Constant) and isinstance(deco.args[0].value, str)):
+            names.update(n.strip() for n in deco.args[0].value.split(","))
+    return names
+
+
+def _is_fixture(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any("fixture" in ast.unparse(deco) for deco in fn.decorator_list)
+
+
+def serving_fixtures(source: str) -> set[str]:
+    """The fixtures that start the proxy which a test file's tests and fixtures ask for
+    (parametrized arguments, and fixtures the file defines itself, aside)."""
+    functions = [n for n in ast.walk(ast.parse(source))
+                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    own = {f.name for f in functions if _is_fixture(f)}
+    asked: set[str] = set()
+    for fn in functions:
+        if fn.name.startswith("test") or _is_fixture(fn):
+            params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+            asked |= params - _parametrized(fn) - own
+    return asked & SERVING_FIXTURES
+
+
+def _file_problems(name: str, test: Path, modules: Mapping[str, Path]) -> list[str]:
+    """Why ``test`` is not ``name``'s unit test file (none: it is)."""
+    source = test.read_text()
+    imported = imports_of(source, test.stem, False, modules)
+    where = test.relative_to(ROOT)
+    problems = [] if name in imported else [f"{name}: {where} does not import it"]
+    serving = sorted({i for i in imported if _forbidden(i, SERVES_THE_PROXY) and i != name}
+                     | serving_fixtures(source))
+    if serving:
+        problems.append(f"{name}: {where} starts the proxy ({', '.join(serving)})")
+    return problems
+
+
+def unit_test_problems(modules: Mapping[str, Path]) -> list[str]:
+    """For each module with code: no file at its test paths, or none that is its unit test
+    file (the first path's problems are reported)."""
+    problems = []
+    for name, path in sorted(modules.items()):
+        if not defines_code(path):
+            continue
+        found = [c for c in unit_test_paths(name, path) if c.exists()]
+        if not found:
+            wanted = unit_test_paths(name, path)[0].relative_to(ROOT)
+            problems.append(f"{name}: no unit test file ({wanted})")
+            continue
+        each = [_file_problems(name, test, modules) for test in found]
+        if all(each):
+            problems += each[0]
+    return problems
+
+
+def test_every_module_has_a_unit_test_file_that_leaves_the_proxy_unstarted() -> None:
+    assert unit_test_problems(MODULES) == []
+
+
+def test_a_module_without_its_unit_test_file_is_found() -> None:
+    known = {"proxy.store.leases": ROOT / "proxy" / "store" / "leases.py",
+             "proxy.no_such_module": ROOT / "proxy" / "store" / "leases.py"}
+    assert unit_test_problems(known) == [
+        "proxy.no_such_module: no unit test file (tests/test_no_such_module.py)"]
+    assert unit_test_paths("proxy.upstream.relay", ROOT / "proxy/upstream/relay.py") == [
+        ROOT / "tests/upstream/test_relay.py", ROOT / "tests/upstream/test_upstream_relay.py"]
+    assert unit_test_paths("proxy.store", ROOT / "proxy/store/__init__.py") == [
+        ROOT / "tests/store/test_store.py"]
+
+
+def test_a_unit_test_file_that_starts_the_proxy_is_found() -> None:
+    source = ('import pytest\n@pytest.fixture\ndef admin(): ...\n'
+              '@pytest.mark.parametrize("key", ["a"])\n'
+              'def test_a(key, harness, admin, tmp_path): ...\n'
+              'async def test_b(aclient): ...\n'
+              'def helper(client, sdk): ...\n')
+    assert serving_fixtures(source) == {"harness", "aclient"}

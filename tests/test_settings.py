@@ -48,3 +48,20 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
         with pytest.raises(ConfigError) as info:
             load_settings({"CONTEXT_PROXY_TRUSTED_PROXIES": bad})
         assert "CONTEXT_PROXY_TRUSTED_PROXIES" in str(info.value) and bad in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["mysql://u:pw-s3cret@db/x", "sqlite:///tmp/x.db", "db.example"])
+def test_a_database_url_of_another_kind_is_refused_without_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"CONTEXT_PROXY_DATABASE_URL": url})
+    assert "CONTEXT_PROXY_DATABASE_URL" in str(info.value) and "pw-s3cret" not in str(info.value)
+
+
+def test_database_settings() -> None:
+    settings = load_settings({"CONTEXT_PROXY_DATABASE_URL": "postgres://u@db/x",
+                              "CONTEXT_PROXY_DB_POOL_SIZE": "3"})
+    assert (settings.store_target, settings.db_pool_size) == ("postgresql://u@db/x", 3)
+    assert load_settings({"CONTEXT_PROXY_DATABASE_URL": "", "XDG_DATA_HOME": "/srv/d"}
+                         ).store_target == Path("/srv/d/context-proxy/context-proxy.db")
+    with pytest.raises(ConfigError, match="CONTEXT_PROXY_DB_POOL_SIZE"):
+        load_settings({"CONTEXT_PROXY_DB_POOL_SIZE": "0"})

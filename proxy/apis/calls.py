@@ -11,7 +11,7 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.apis.base import Api, SummaryAnswer
+from proxy.apis.api import Api, SummaryAnswer
 from proxy.upstream.client import Upstream
 from proxy.upstream.completion import CompletionFailed, post_whole
 from proxy.upstream.usage import UpstreamUsage

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from multidict import CIMultiDict
 
-from proxy.apis.base import Api, Prompt, SummaryAnswer, check_common, first_int, summary_fields
+from proxy.apis.api import Api, Prompt, SummaryAnswer, check_common, first_int, summary_fields
 from proxy.context.adapters import Adapted, anthropic
 from proxy.errors import as_anthropic, bad_request
 from proxy.upstream.client import request_headers

@@ -1,7 +1,7 @@
 """OpenAI's Responses API (``POST /v1/responses``, for Codex and the Agents SDK), at the
-OpenAI-compatible upstream (its WebSocket mode is ``proxy.http.responses_ws``):
+OpenAI-compatible upstream (its WebSocket mode is ``proxy.http.websocket.responses_ws``):
 
-- the body read by ``proxy.context.adapters.responses``; a request naming a
+- the body read by ``proxy.context.adapters.openai_responses``; a request naming a
   ``previous_response_id`` keeps its history at the upstream and is relayed unmanaged;
 - errors in OpenAI's shape; usage: ``input_tokens`` (cache reads included) and
   ``input_tokens_details.cached_tokens`` and ``cache_write_tokens``, ``output_tokens``;
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.apis.base import (
+from proxy.apis.api import (
     Api,
     Prompt,
     SummaryAnswer,
@@ -26,7 +26,7 @@ from proxy.apis.base import (
     openai_headers,
     summary_fields,
 )
-from proxy.context.adapters import Adapted, responses
+from proxy.context.adapters import Adapted, openai_responses
 from proxy.upstream.usage import UpstreamUsage
 
 _INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
@@ -63,7 +63,7 @@ def summary_answer(raw: bytes) -> SummaryAnswer:
 
 
 API = Api(name="responses", route="/v1/responses", path="/responses", headers=openai_headers,
-          usage=usage, usage_marker=b'"input_tokens"', read=responses.read,
+          usage=usage, usage_marker=b'"input_tokens"', read=openai_responses.read,
           check=check_common, keeps_history=keeps_history, answer_kind=("object", "response"),
           stream_end=(b"response.completed", b"response.failed", b"response.incomplete",
                       b"error"),

@@ -6,7 +6,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from proxy.errors import ConfigError
@@ -60,6 +61,7 @@ def _serve(settings: Settings) -> int:
     shutdown_log.install(app)
     startup.tune_collector()
     startup.tune_allocator()
+    startup.tune_switching()
     line = startup.startup_line(settings, sock)
     # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
     web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),
@@ -80,42 +82,51 @@ def cmd_recall_audit(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
-def _store(args: argparse.Namespace) -> Store:
+@contextmanager
+def _store(args: argparse.Namespace) -> Iterator[Store]:
+    """The store the settings name (announced on stderr), closed when the command is done."""
     from proxy.cli.startup import open_store
 
-    return open_store(load_settings(), announce=True)
+    store = open_store(load_settings(), announce=True)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    store = _store(args)
-    rec, plaintext = store.create_key(args.org, args.user)
+    with _store(args) as store:
+        rec, plaintext = store.keys.create(args.org, args.user)
     print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "key": plaintext}))
     print("Store this key now: it is shown only once.", file=sys.stderr)
     return 0
 
 
 def cmd_keys_bind(args: argparse.Namespace) -> int:
-    store = _store(args)
-    plaintext = sys.stdin.readline().strip()
-    if not plaintext:
-        print("error: give the client's key on standard input", file=sys.stderr)
-        return 2
-    rec = store.bind_key(plaintext, args.org, args.user)
+    with _store(args) as store:
+        plaintext = sys.stdin.readline().strip()
+        if not plaintext:
+            print("error: give the client's key on standard input", file=sys.stderr)
+            return 2
+        rec = store.keys.bind(plaintext, args.org, args.user)
     print(json.dumps({"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind}))
     return 0
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
     """Every key as one JSON document (never a secret or a hash)."""
-    keys = [{"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
-             "created_at": rec.created_at, "revoked": rec.revoked_at is not None}
-            for rec in _store(args).list_keys()]
+    with _store(args) as store:
+        keys = [{"id": rec.id, "org": rec.org, "user": rec.user, "kind": rec.kind,
+                 "created_at": rec.created_at, "revoked": rec.revoked_at is not None}
+                for rec in store.keys.all()]
     print(json.dumps({"object": "list", "data": keys}, indent=2))
     return 0
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    if _store(args).revoke_key(args.id):
+    with _store(args) as store:
+        revoked = store.keys.revoke(args.id)
+    if revoked:
         print(f"revoked {args.id}")
         return 0
     print(f"error: no active key with id {args.id}", file=sys.stderr)
@@ -125,16 +136,18 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 def cmd_dividers(args: argparse.Namespace) -> int:
     """The conversation's dividers, as ``GET /v1/conversations/{id}/dividers`` answers them."""
     from proxy.context.identity import conversation_key
-    from proxy.context.records import Records
+    from proxy.context.records.compactions import Records
 
-    records = Records(_store(args))
     key = conversation_key(args.org, args.conversation)
-    if not records.exists(key):
+    with _store(args) as store:
+        records = Records(store)
+        dividers = records.dividers(key) if records.exists(key) else None
+    if dividers is None:
         print(f"error: organization {args.org!r} has no conversation {args.conversation!r}",
               file=sys.stderr)
         return 1
     print(json.dumps({"object": "list", "conversation_id": args.conversation,
-                      "data": records.dividers(key)}, indent=2))
+                      "data": dividers}, indent=2))
     return 0
 
 
@@ -197,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--org", required=True, help="the organization that owns it")
     dv.add_argument("conversation", help="the conversation id (X-Conversation-Id or fp-…)")
     dv.set_defaults(fn=cmd_dividers)
-    from proxy.cli.policy import add_policy_commands
+    from proxy.cli.policy_commands import add_policy_commands
 
     add_policy_commands(sub)
     return p

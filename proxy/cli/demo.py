@@ -20,8 +20,8 @@ from typing import Any, TextIO
 import openai
 
 from proxy.context.stages.mask import PLACEHOLDER_PREFIX, is_placeholder
-from proxy.context.stages.messages import is_summary, summary_body
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.shared import is_summary, summary_body
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent

@@ -11,7 +11,6 @@ from aiohttp import web
 from proxy.state import STATE
 
 log = logging.getLogger("context_proxy")
-_BEGAN: web.AppKey[tuple[float, int]] = web.AppKey("shutdown_began", tuple)
 
 
 def in_flight(app: web.Application) -> int:
@@ -24,11 +23,14 @@ def in_flight(app: web.Application) -> int:
 
 
 def install(app: web.Application) -> None:
+    # Kept beside the hooks, not in the app: a started application's state is frozen.
+    began_at: list[tuple[float, int]] = []
+
     async def began(app: web.Application) -> None:
-        app[_BEGAN] = (time.perf_counter(), in_flight(app))
+        began_at.append((time.perf_counter(), in_flight(app)))
 
     async def ended(app: web.Application) -> None:
-        started, open_then = app.get(_BEGAN, (time.perf_counter(), 0))
+        started, open_then = began_at[-1] if began_at else (time.perf_counter(), 0)
         left = in_flight(app)
         log.info("shut down in %.2f s: drained %d request(s) in flight (%d finished, %d cut "
                  "at the end of the grace)", time.perf_counter() - started, open_then,

@@ -28,9 +28,9 @@ from proxy.console.web import (
     session_of,
     target,
 )
-from proxy.policy.rows import key_counts
 from proxy.state import STATE
 from proxy.store import StoreUnavailable
+from proxy.store.keys import key_counts
 
 log = logging.getLogger("context_proxy")
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context.hourly import COUNTS, MONEY, OUTCOMES, hour_of
+from proxy.context.records.hourly import COUNTS, MONEY, OUTCOMES, hour_of
 from proxy.store import Store
 
 LIST_LIMIT = 200

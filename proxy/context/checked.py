@@ -4,9 +4,10 @@ checked, and ``common_prefix``, how many leading messages two lists share."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
+
+from proxy.context.recent import Recent
 
 # How many opening messages name a list (up to and including the first user message): agents
 # share a system prompt, so the first message alone would make their conversations evict
@@ -56,9 +57,7 @@ class CheckedLists:
     the bodies' total size."""
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024, max_lists: int = 20_000) -> None:
-        self.max_bytes, self.max_lists = max_bytes, max_lists
-        self._lists: OrderedDict[tuple[str, ...], tuple[list[Any], int]] = OrderedDict()
-        self._bytes = 0
+        self._lists: Recent[tuple[str, ...], list[Any]] = Recent(max_bytes, max_lists)
 
     @staticmethod
     def _key(messages: list[Any]) -> tuple[str, ...] | None:
@@ -79,8 +78,8 @@ class CheckedLists:
         found = self._lists.get(key) if key is not None else None
         if found is None:
             return None, 0
-        n = common_prefix(messages, found[0])
-        return (found[0], n) if n else (None, 0)
+        n = common_prefix(messages, found)
+        return (found, n) if n else (None, 0)
 
     def repeated(self, messages: list[Any]) -> list[Any] | None:
         """The checked list that ``messages`` starts with, if any."""
@@ -89,12 +88,5 @@ class CheckedLists:
 
     def remember(self, messages: list[Any], size: int) -> None:
         key = self._key(messages)
-        if key is None:
-            return
-        old = self._lists.pop(key, None)
-        if old is not None:
-            self._bytes -= old[1]
-        self._lists[key] = (messages, size)
-        self._bytes += size
-        while self._lists and (self._bytes > self.max_bytes or len(self._lists) > self.max_lists):
-            self._bytes -= self._lists.popitem(last=False)[1][1]
+        if key is not None:
+            self._lists.put(key, messages, size)

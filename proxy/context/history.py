@@ -13,14 +13,13 @@ Bounded by the total size of the request bodies remembered (least recently used 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.context.checked import common_prefix
-from proxy.context.tokens import TokenCounter
+from proxy.context.recent import Recent
+from proxy.context.tokens.counter import TokenCounter
 
 Pair = tuple[int, int]  # (tokens of the message, tokens of its content alone)
 
@@ -55,7 +54,6 @@ class _Last:
     messages: Sequence[Mapping[str, Any]]
     pairs: list[Pair]
     verified: tuple[str, int] | None
-    size: int
 
 
 class History:
@@ -63,10 +61,7 @@ class History:
 
     def __init__(self, counter: TokenCounter, max_bytes: int = MAX_BYTES) -> None:
         self.counter = counter
-        self.max_bytes = max_bytes
-        self._last: OrderedDict[str, _Last] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._last: Recent[str, _Last] = Recent(max_bytes, MAX_CONVERSATIONS)
 
     def recall(self, key: str, messages: Sequence[Mapping[str, Any]], model: str,
                repeats: Sequence[Mapping[str, Any]] | None = None, shared: int = -1) -> Known:
@@ -74,8 +69,7 @@ class History:
         in C up to the first difference); the leading messages they share are unchanged.
         ``repeats``: a list whose first ``shared`` messages ``messages`` is known to start with
         (-1: all of it); when it is that last request's own list, the comparison is spared."""
-        with self._lock:
-            last = self._last.get(key)
+        last = self._last.get(key)
         if last is None or last.model != model:
             return NOTHING
         if last.messages is repeats:
@@ -91,22 +85,12 @@ class History:
     def verify(self, key: str, verified: tuple[str, int]) -> None:
         """Record that the last request's first ``verified[1]`` messages hash to
         ``verified[0]`` (a compaction was just made of them)."""
-        with self._lock:
-            last = self._last.get(key)
-            if last is not None and verified[1] <= len(last.messages):
-                self._last[key] = replace(last, verified=verified)
+        def mark(last: _Last) -> _Last:
+            return replace(last, verified=verified) if verified[1] <= len(last.messages) else last
+
+        self._last.update(key, mark)
 
     def remember(self, key: str, messages: Sequence[Mapping[str, Any]], model: str,
                  pairs: list[Pair], verified: tuple[str, int] | None, size: int) -> None:
         """Keep this request as the conversation's last (``size``: its body's length)."""
-        entry = _Last(model, messages, pairs, verified, size)
-        with self._lock:
-            old = self._last.pop(key, None)
-            if old is not None:
-                self._bytes -= old.size
-            self._last[key] = entry
-            self._bytes += size
-            while self._last and (self._bytes > self.max_bytes or
-                                  len(self._last) > MAX_CONVERSATIONS):
-                _, dropped = self._last.popitem(last=False)
-                self._bytes -= dropped.size
+        self._last.put(key, _Last(model, messages, pairs, verified), size)

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.context.token_formula import fingerprint
+from proxy.context.tokens.formula import fingerprint
 
 MAX_ID_LENGTH = 256
 

@@ -11,7 +11,7 @@ from proxy.auth import Principal
 from proxy.context.adapters import Adapted
 from proxy.context.history import Known
 from proxy.context.offload import Offload
-from proxy.context.records import CompactionRecord
+from proxy.context.records.compactions import CompactionRecord
 from proxy.context.report import ContextReport
 from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from proxy.context.records import CompactionRecord
+from proxy.context.records.compactions import CompactionRecord
 
 Outcome = Literal["none", "auto", "manual", "reused", "failed", "insufficient"]
 

@@ -24,8 +24,8 @@ from aiohttp import web
 from proxy.auth import bearer_token
 from proxy.errors import ApiError, bad_request
 from proxy.policy.layers import LayerWriteError, check_target
-from proxy.policy.rows import key_counts
 from proxy.state import STATE
+from proxy.store.keys import key_counts
 
 MAX_ADMIN_BODY = 1024 * 1024
 

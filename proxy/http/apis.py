@@ -16,18 +16,28 @@ from typing import Any
 from aiohttp import web
 
 from proxy.apis import ADAPTED, calls
-from proxy.apis.base import Api
+from proxy.apis.api import Api
 from proxy.auth import Principal
-from proxy.context import manual, overhead
+from proxy.context import manual
+from proxy.context.accounting import overhead
 from proxy.context.adapters import Adapted, AdapterError
 from proxy.context.job import ChatRequest, Job
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError, bad_request
-from proxy.http.forward import HttpSink, Leg, Sink, forward, not_allowed, own_time
+from proxy.http.forward import (
+    HttpSink,
+    Leg,
+    Sink,
+    forward,
+    not_allowed,
+    own_time,
+    read_timed,
+    send_timed,
+)
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream.client import Upstream, current_key, forwarding_conversation_id
-from proxy.upstream.relay import PROXY_MADE, Check, is_event_stream, relay_whole
+from proxy.upstream.relay import PROXY_MADE, Check, answer_whole, error_response, is_event_stream
 
 HISTORY = "X-Context-History"
 
@@ -122,21 +132,30 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
     upstream = _upstream(state, api)
     out_headers = forwarding_conversation_id(api.headers(headers, principal.upstream_key),
                                              headers, state.settings.forward_conversation_id)
-    note = {HISTORY: "upstream", "X-Context-Compaction": "none",
-            overhead.HEADER: overhead.milliseconds(own_time(state, api.name))}
+    note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
     try:
-        resp = await upstream.open("POST", api.path, out_headers, raw, query, route=api.name)
+        resp = await send_timed(upstream, api.path, out_headers, raw, query, api.name)
     except ApiError as e:
-        return e.response(headers=note)
+        return e.response(headers=_stamped(state, api, note))
     try:
         if resp.status == 200 and is_event_stream(resp):
-            return await sink.stream(resp, note, b"", None, upstream, None)
-        answer = await relay_whole(upstream, resp, note)
+            return await sink.stream(resp, _stamped(state, api, note), b"", None, upstream, None)
+        try:
+            body = await read_timed(resp)
+        except ApiError as e:
+            failed = upstream.shutting_down() if upstream.stopping else e
+            return api.shape(error_response(failed, _stamped(state, api, note)))
+        answer = answer_whole(upstream, resp, body, _stamped(state, api, note))
         if answer.status == 200:
             await sink.whole(answer)
         return api.shape(answer) if answer.get(PROXY_MADE) else answer
     finally:
         resp.release()
+
+
+def _stamped(state: ProxyState, api: Api, note: dict[str, str]) -> dict[str, str]:
+    """``note`` with the proxy's own time until now (``own_time``)."""
+    return {**note, overhead.HEADER: own_time(state, api.name)}
 
 
 def add_routes(app: web.Application, adapted: Sequence[Api] = ADAPTED) -> None:

@@ -4,7 +4,7 @@ on a context-length refusal that compaction can help with, relay the answer with
 
 What differs by API travels in a ``Leg`` (where it goes, how the proxy's own errors are shaped,
 how the answer is checked and its usage read); where a good answer goes, in a ``Sink``: the HTTP
-response (``HttpSink``) or a Responses WebSocket (``proxy.http.responses_ws``).
+response (``HttpSink``) or a Responses WebSocket (``proxy.http.websocket.responses_ws``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
-from proxy.context import overhead
+from proxy.context.accounting import overhead
+from proxy.context.accounting.money import Money
 from proxy.context.job import Job
-from proxy.context.money import Money
 from proxy.context.report import ContextReport
 from proxy.errors import ApiError
 from proxy.state import ProxyState
@@ -30,11 +30,11 @@ from proxy.upstream.relay import (
     PROXY_MADE,
     Check,
     answer_whole,
+    error_response,
     is_encoded,
     is_event_stream,
     read_body,
     relay_stream,
-    relay_whole,
 )
 from proxy.upstream.usage import UpstreamUsage, is_overflow, stated_window
 
@@ -114,55 +114,74 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
     relay into ``sink`` (``request``'s own response by default), record the usage.
     Unreachable or too slow, the error still says what the proxy did (the ``X-Context-*``
     headers); an error answer is returned unsent. Every answer carries the proxy's own time
-    until the send (``X-Context-Overhead-Ms``), booked in ``context_proxy_overhead_seconds``."""
+    (``X-Context-Overhead-Ms``: until its headers leave, without the upstream's), booked in
+    ``context_proxy_overhead_seconds``."""
     body = job.request.outgoing(report)
-    report = mark_sent(state, leg.route, report)
     sent = time.perf_counter()
     try:
         resp = await _open(leg, body)
     except ApiError as e:
         _observe(leg, sent)
-        return leg.shape(e.response(headers=report.headers()))
+        return leg.shape(e.response(headers=_stamped(state, leg, report.headers())))
     try:
         if not 200 <= resp.status < 300:
-            error_body = await read_body(resp)
+            error_body = await read_timed(resp)
             if not is_overflow(resp.status, error_body):
-                return _own(leg, answer_whole(leg.upstream, resp, error_body, report.headers()))
+                return _own(leg, answer_whole(leg.upstream, resp, error_body,
+                                              _stamped(state, leg, report.headers())))
             retry = replace(await state.context.retry_overflow(job, stated_window(error_body)),
                             notes=report.notes)
             again = job.request.outgoing(retry)
             if again == body:  # compaction could not shrink it: the same refusal again
-                return _own(leg, answer_whole(leg.upstream, resp, error_body,
-                                              replace(retry, retried=None).headers()))
+                return _own(leg, answer_whole(leg.upstream, resp, error_body, _stamped(
+                    state, leg, replace(retry, retried=None).headers())))
             resp.release()
             report = retry
             try:
                 resp = await _open(leg, again)
             except ApiError as e:
-                return leg.shape(e.response(headers=report.headers()))
+                return leg.shape(e.response(headers=_stamped(state, leg, report.headers())))
         return await _relay(sink or HttpSink(request), state, job, resp, report, leg)
     finally:
         resp.release()
         _observe(leg, sent)
 
 
-def own_time(state: ProxyState, route: str) -> float:
-    """The upstream request is about to go: the proxy's own seconds so far, booked in
-    ``context_proxy_overhead_seconds``."""
-    own = overhead.current().sent(time.perf_counter())
-    state.metrics.overhead.labels(route).observe(own)
-    return own
+def own_time(state: ProxyState, route: str) -> str:
+    """The proxy's own time on the request so far, as the header says it (``overhead.stamp``:
+    booked in ``context_proxy_overhead_seconds`` the first time)."""
+    return overhead.stamp(state.metrics.overhead_for(route))
 
 
-def mark_sent(state: ProxyState, route: str, report: ContextReport) -> ContextReport:
-    """``report`` whose headers also say the proxy's own time until the send (``own_time``)."""
-    ms = overhead.milliseconds(own_time(state, route))
-    return replace(report, notes={**report.notes, overhead.HEADER: ms})
+def _stamped(state: ProxyState, leg: Leg, headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the proxy's own time until now (``own_time``)."""
+    headers[overhead.HEADER] = own_time(state, leg.route)
+    return headers
 
 
 async def _open(leg: Leg, body: bytes) -> aiohttp.ClientResponse:
-    return await leg.upstream.open("POST", leg.path, leg.headers, body, leg.query,
-                                   route=leg.route)
+    return await send_timed(leg.upstream, leg.path, leg.headers, body, leg.query, leg.route)
+
+
+async def send_timed(upstream: Upstream, path: str, headers: Mapping[str, str], body: bytes,
+                     query: str, route: str) -> aiohttp.ClientResponse:
+    """POST ``body`` (``Upstream.open``); from its last byte out to the answer's headers in
+    is the upstream's time, not the proxy's (``overhead.waited``)."""
+    sent = overhead.SentBody(body)
+    started = time.perf_counter()
+    try:
+        return await upstream.open("POST", path, headers, sent, query, route=route)
+    finally:
+        overhead.waited(started, sent)
+
+
+async def read_timed(resp: aiohttp.ClientResponse) -> bytes:
+    """The whole upstream body (``read_body``); waiting for it is the upstream's time."""
+    started = time.perf_counter()
+    try:
+        return await read_body(resp)
+    finally:
+        overhead.waited(started)
 
 
 def _observe(leg: Leg, sent: float) -> None:
@@ -183,17 +202,24 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
         scanner = leg.scanner()
         check = None if is_encoded(resp) else EventCheck(
             on_line=scanner.line, only=scanner.marker, terminal=leg.stream_end)
-        out = await sink.stream(resp, extra | ledger.estimate(job, report).headers(),
-                                report.sse_comment(), check, leg.upstream, leg.error_event)
+        headers = extra | ledger.estimate(job, report).headers()
+        out = await sink.stream(resp, _stamped(state, leg, headers), report.sse_comment(),
+                                check, leg.upstream, leg.error_event)
         await _record(state, job, report, scanner.usage)
         return out
-    answer = await relay_whole(leg.upstream, resp, extra, check=leg.check)
+    try:
+        whole = await read_timed(resp)
+    except ApiError as e:
+        failed = leg.upstream.shutting_down() if leg.upstream.stopping else e
+        return _own(leg, error_response(failed, _stamped(state, leg, extra)))
+    answer = answer_whole(leg.upstream, resp, whole, extra, check=leg.check)
     if answer.status == 200 and isinstance(answer.body, bytes):
         # The client has its answer before the usage is booked: that is bookkeeping, not part
         # of the latency it waits for (aiohttp sends an answer sent here only once).
         usage = leg.usage(answer.body)
         priced = ledger.actual(job, report, usage) if usage.prompt > 0 else None
         answer.headers.update((priced or ledger.estimate(job, report)).headers())
+        answer.headers[overhead.HEADER] = own_time(state, leg.route)
         try:
             await sink.whole(answer)
         finally:  # paid for, whether the client stayed for the answer or not
@@ -201,6 +227,7 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
         return answer
     # An error the proxy made (of a 2xx it could not use, of an error body that is not JSON)
     # is its own: in the API's shape. The upstream's own JSON errors are relayed as they came.
+    answer.headers[overhead.HEADER] = own_time(state, leg.route)
     return _own(leg, answer)
 
 

@@ -14,9 +14,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from proxy.apis import APIS
-from proxy.context import overhead
+from proxy.context.accounting import overhead
 from proxy.errors import ApiError
-from proxy.state import STATE
+from proxy.state import STATE, ProxyState
+from proxy.store import begin_request
 
 log = logging.getLogger("context_proxy")
 
@@ -91,15 +92,18 @@ def shaped(route: str, response: web.Response) -> web.Response:
     return api.shape(response) if api is not None else response
 
 
-def _timed(route: str, resp: web.StreamResponse, watch: overhead.Stopwatch
+def _timed(route: str, resp: web.StreamResponse, state: ProxyState | None
            ) -> web.StreamResponse:
     """``resp`` with the proxy's own time when it is a managed route's answer not yet sent and
     without it (a refusal before any upstream call: all of its time is the proxy's)."""
     if route in APIS and not resp.prepared and overhead.HEADER not in resp.headers:
-        sent = watch.before_send
-        own = sent if sent is not None else watch.own_since_arrival(time.perf_counter())
-        resp.headers[overhead.HEADER] = overhead.milliseconds(own)
+        resp.headers[overhead.HEADER] = overhead.stamp(
+            state.metrics.overhead_for(route) if state is not None else _unbooked)
     return resp
+
+
+def _unbooked(seconds: float) -> None:
+    """Where the own time of an application without the proxy's state goes: nowhere."""
 
 
 @web.middleware
@@ -108,7 +112,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     traceback. Starts the request's overhead stopwatch: every answer of a managed route carries
     ``X-Context-Overhead-Ms``."""
     start = time.perf_counter()
-    watch = overhead.begin(start)
+    overhead.begin(start)
+    begin_request()
     status = 500
     state, route = request.app.get(STATE), route_label(request)
     in_flight = state.metrics.in_flight_for(route) if state is not None else None
@@ -117,10 +122,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         resp = await handler(request)
         status = resp.status
-        return _timed(route, resp, watch)
+        return _timed(route, resp, state)
     except ApiError as e:
         status = e.status
-        return _timed(route, shaped(route, e.response()), watch)
+        return _timed(route, shaped(route, e.response()), state)
     except web.HTTPException as e:
         status = e.status
         if e.status < 400:

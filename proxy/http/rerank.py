@@ -11,7 +11,7 @@ indices of ``results`` (before ``top_n`` cuts the list) are a permutation of the
 model call can only change the order. The call is bounded as a whole (connect, first byte and
 body) by ``rerank.timeout_ms``; past it the input order is answered at once.
 
-This module only parses (``parse_request``), calls ``proxy.rerank.service.Reranker.rerank`` once
+This module only parses (``parse_request``), calls ``proxy.rerank.reranker.Reranker.rerank`` once
 (the plan, the model call and its fail-open handling, the metrics) and shapes the answer.
 """
 
@@ -26,7 +26,7 @@ from aiohttp import web
 from proxy.errors import bad_request
 from proxy.http.parse import parse_json_object, read_body
 from proxy.rerank.order import relevance_scores
-from proxy.rerank.service import Ranked, Reranker
+from proxy.rerank.reranker import Ranked, Reranker
 from proxy.state import STATE
 
 

@@ -80,7 +80,7 @@ class RerankPolicy:
 @dataclass(frozen=True)
 class ModelPrices:
     """A model's prices from the policy's ``models`` table, US dollars per million tokens; a
-    price left out comes from litellm's cost map (``proxy.context.money``)."""
+    price left out comes from litellm's cost map (``proxy.context.accounting.money``)."""
 
     input_per_mtok: float | None = None
     cached_per_mtok: float | None = None

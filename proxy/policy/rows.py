@@ -145,8 +145,3 @@ def _store_row(tx: Tx, org: str, user: str, fields: dict[str, Any]) -> None:
         "updated_at = excluded.updated_at",
         [org, user, json.dumps(to_json(fields), sort_keys=True), time.time()])
 
-
-def key_counts(tx: Tx) -> dict[str, int]:
-    """Active keys per organization (counts only: never a key or a hash)."""
-    rows = tx.execute("SELECT org, COUNT(*) FROM keys WHERE revoked_at IS NULL GROUP BY org")
-    return {str(org): int(n) for org, n in rows.fetchall()}

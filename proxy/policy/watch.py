@@ -25,8 +25,8 @@ from pathlib import Path
 
 from proxy.errors import ConfigError
 from proxy.metrics import Metrics
+from proxy.policy.live import PolicyService
 from proxy.policy.platform import PlatformConfig, load_policies
-from proxy.policy.service import PolicyService
 from proxy.store.base import StoreUnavailable
 
 log = logging.getLogger("context_proxy.policy")

@@ -1,6 +1,7 @@
 """The store: every piece of state (keys, policy layers, conversations, compactions, spills,
 usage) behind one interface with two backends, SQLite (a file, the default) and PostgreSQL
-(``CONTEXT_PROXY_DATABASE_URL``, shared by replicas).
+(``CONTEXT_PROXY_DATABASE_URL``, shared by replicas), whose schema is the one migration list of
+``proxy.store.schema``. The keys are ``Store.keys`` (``proxy.store.keys``).
 
 Every statement the proxy runs goes through here: ``atomic(fn)`` runs ``fn(tx)`` in a write
 transaction, ``snapshot(fn)`` is a consistent read, ``read``/``read_one`` are indexed reads;
@@ -9,26 +10,27 @@ through ``run(fn)`` (any blocking ``fn`` on a reader thread) and ``write(fn)`` (
 the single writer thread), each under a deadline and the outage gate of
 ``proxy.store.health``: the event loop never waits on the database. A transient database error
 (a dropped connection) is retried once; a second failure, a missed deadline or a store known
-to be down raises ``StoreUnavailable``, answered as a 503 ``store_unavailable``.
+to be down raises ``StoreUnavailable``, answered as a 503 ``store_unavailable``. A request
+waits out one deadline at most: once one of its calls was late, its further calls (with the
+default deadline) fail at once, and it goes on from memory.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import secrets
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.store.base import Backend, Params, StoreUnavailable, Tx
 from proxy.store.health import StoreHealth
-from proxy.store.sqlite import MIGRATIONS, SqliteBackend, migrate
+from proxy.store.keys import Keys
+from proxy.store.schema import MIGRATIONS
+from proxy.store.sqlite import SqliteBackend, migrate
 
-__all__ = ["MIGRATIONS", "KeyRecord", "Store", "StoreUnavailable", "Tx", "hash_key", "migrate"]
+__all__ = ["MIGRATIONS", "Store", "StoreUnavailable", "Tx", "begin_request", "migrate"]
 
 T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
@@ -39,7 +41,35 @@ DEFAULT_POOL_SIZE = 10
 # one would refuse unseen keys on a merely starved machine.
 DEADLINES_S = {"postgres": 0.9, "sqlite": 3.0}
 DEFAULT = -1.0
+# Threads that run the writes of requests. SQLite takes one write at a time; PostgreSQL takes
+# them side by side (rows and advisory locks keep them apart, as between replicas), and one
+# thread would queue a burst of compactions' claims and dividers behind each other.
+WRITERS = {"sqlite": 1, "postgres": 3}
 VERSION_NAMES = ("keys_version", "policy_version")
+
+
+class _Scope:
+    """One request's dealings with the store (``begin_request``): whether one of its calls
+    outlived its deadline. Bound to the request's task: a task the request spawns (background
+    work) inherits the context but not the scope."""
+
+    def __init__(self) -> None:
+        self.task = asyncio.current_task()
+        self.late = False
+
+    @property
+    def mine(self) -> bool:
+        return self.task is not None and self.task is asyncio.current_task()
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("store_scope", default=None)
+
+
+def begin_request() -> None:
+    """Start a request's store scope (in the task that handles it): from the first of its
+    calls that outlives its deadline on, its further calls with the default deadline fail at
+    once, so the request waits out one deadline at most and goes on from memory."""
+    _SCOPE.set(_Scope())
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -47,27 +77,8 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def is_database_url(target: Path | str) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    id: str
-    org: str
-    user: str | None
-    kind: str  # "proxy" (issued here) or "bound" (a passthrough key's hash bound to an org)
-    created_at: float
-    revoked_at: float | None
-
-
-def _key_record(row: Any) -> KeyRecord:
-    return KeyRecord(row["id"], row["org"], row["user"], row["kind"], row["created_at"],
-                     row["revoked_at"])
 
 
 def _open_backend(target: Path | str, pool_size: int) -> Backend:
@@ -89,12 +100,15 @@ class Store:
         self.path: Path | None = target if isinstance(target, Path) else None
         if self.path is None and not is_database_url(target):
             self.path = Path(target)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self._executor = ThreadPoolExecutor(max_workers=WRITERS.get(self.kind, 1),
+                                            thread_name_prefix="store-writer")
         self._readers = ThreadPoolExecutor(max_workers=max(2, pool_size),
                                            thread_name_prefix="store-reader")
+        self._aside = self._executor if self.kind == "sqlite" else ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="store-aside")
         self.health = StoreHealth(self.backend.probe)
         self.deadline_s = DEADLINES_S.get(self.kind, 1.0)
-        self.key_writes = 0  # key writes by this process: the key cache looks at once
+        self.keys = Keys(self)
 
     @property
     def up(self) -> bool:
@@ -104,10 +118,14 @@ class Store:
     def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
+        except self.backend.busy as e:  # every connection in use: slow, not unreachable
+            raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient:
             self.backend.recover()
         try:
             return fn(*args)
+        except self.backend.busy as e:
+            raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient as e:
             raise StoreUnavailable(f"{type(e).__name__}") from e
 
@@ -132,23 +150,49 @@ class Store:
         return result
 
     async def _gated(self, executor: ThreadPoolExecutor, deadline: float | None,
-                     fn: Callable[..., T], *args: Any) -> T:
+                     fn: Callable[..., T], *args: Any, always: bool = False) -> T:
         if not self.health.up:
             raise StoreUnavailable("the store is down")
+        if deadline is not None and not always and self.late:
+            raise StoreUnavailable("this request already waited out a store deadline")
         if deadline == DEFAULT:
             deadline = self.deadline_s
         job = executor.submit(self._unless_down, fn, *args)
-        waiting = asyncio.wrap_future(job)
+        waiting: asyncio.Future[Any] = asyncio.wrap_future(job)
         waiting.add_done_callback(_consume)  # a late failure is the pending future's to tell
-        done, _ = await asyncio.wait({waiting}, timeout=deadline)
-        if not done:  # the thread goes on (it cannot be stopped); the loop does not wait
-            self.health.failed(f"no answer in {deadline} s")
-            raise StoreUnavailable("deadline", pending=job)
-        try:
-            return waiting.result()
+        gone: asyncio.Future[Any] = self.health.gone()
+        await asyncio.wait({waiting, gone}, timeout=deadline,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not job.done():  # the thread goes on (it cannot be stopped); the loop does not wait
+            if not gone.done():
+                self.health.late(f"no answer in {deadline} s")
+            self.late_here()
+            raise StoreUnavailable("deadline", pending=job, late=True)
+        try:  # done in its thread, if perhaps not yet seen by the loop (a loop slow to wake)
+            result: T = job.result()
         except StoreUnavailable as e:
-            self.health.failed(e.detail)
+            if e.late:  # no pooled connection free in time: slow, perhaps not gone
+                self.health.late(e.detail)
+                self.late_here()
+            else:
+                self.health.failed(e.detail)
             raise
+        self.health.answered()
+        return result
+
+    @property
+    def late(self) -> bool:
+        """Whether the current request already waited out a store deadline (``late_here``)."""
+        scope = _SCOPE.get()
+        return scope is not None and scope.late and scope.mine
+
+    @staticmethod
+    def late_here() -> None:
+        """Mark the current request (``begin_request``) as one that waited out a store
+        deadline: its further calls with the default deadline fail at once."""
+        scope = _SCOPE.get()
+        if scope is not None and scope.mine:
+            scope.late = True
 
     def _unless_down(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, unless the store went down while it was queued
@@ -164,11 +208,20 @@ class Store:
         return await self._gated(self._readers, deadline, fn, *args)
 
     async def write(self, fn: Callable[..., T], *args: Any,
-                    deadline: float | None = DEFAULT) -> T:
+                    deadline: float | None = DEFAULT, always: bool = False) -> T:
         """``atomic(fn, *args)`` on the writer thread, under ``deadline`` (None: wait for the
         outcome, for background work). A missed deadline raises ``StoreUnavailable`` whose
-        ``pending`` future tells whether the write still committed."""
-        return await self._gated(self._executor, deadline, self.atomic, fn, *args)
+        ``pending`` future tells whether the write still committed. ``always``: tried even in
+        a request that already waited out a deadline (clean-up, such as releasing a lease)."""
+        return await self._gated(self._executor, deadline, self.atomic, fn, *args,
+                                 always=always)
+
+    async def write_aside(self, fn: Callable[..., T], *args: Any) -> T:
+        """``atomic(fn, *args)`` for background work (queued writes written on the store's
+        return, usage flushes), waiting for the outcome: on PostgreSQL on a thread of its own,
+        so that the writes of requests never wait behind it (a backlog after an outage takes
+        seconds); on SQLite, whose writes are one at a time anyway, on the writer thread."""
+        return await self._gated(self._aside, None, self.atomic, fn, *args)
 
     def read(self, sql: str, params: Params = ()) -> list[Any]:
         """Every row of one read statement (rows answer ``row[0]`` and ``row["name"]``)."""
@@ -191,6 +244,7 @@ class Store:
         # A SQLite connection closed while another thread runs a query on it crashes the
         # process, so its reads are waited for (they are bounded: a local file); a PostgreSQL
         # read stalled by a partition is not, and its pool closes its connections safely.
+        self._aside.shutdown(wait=True)
         self._executor.shutdown(wait=True)
         self._readers.shutdown(wait=self._local_file, cancel_futures=True)
         self.backend.close()
@@ -212,60 +266,3 @@ class Store:
         rows = self.read("SELECT name, value FROM meta WHERE name IN (?, ?)", VERSION_NAMES)
         found = {str(r[0]): int(r[1]) for r in rows}
         return {name: found.get(name, 0) for name in VERSION_NAMES}
-
-    def keys_version(self) -> int:
-        return self.versions()["keys_version"]
-
-    # --- keys -------------------------------------------------------------------------------
-
-    def _bump_keys_version(self, tx: Tx) -> None:
-        tx.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
-
-    def create_key(self, org: str, user: str | None = None) -> tuple[KeyRecord, str]:
-        """Issue a proxy key; returns the record and the plaintext, which is never stored."""
-        plaintext = "cp-" + secrets.token_urlsafe(32)
-        return self._insert_key(plaintext, org, user, "proxy"), plaintext
-
-    def bind_key(self, plaintext: str, org: str, user: str | None = None) -> KeyRecord:
-        """Bind a client's own (passthrough) key, by hash, to an organization."""
-        return self._insert_key(plaintext, org, user, "bound")
-
-    def _insert_key(self, plaintext: str, org: str, user: str | None, kind: str) -> KeyRecord:
-        rec = KeyRecord("key_" + secrets.token_hex(6), org, user, kind, time.time(), None)
-
-        def insert(tx: Tx) -> None:
-            tx.execute('INSERT INTO keys (id, key_hash, org, "user", kind, created_at, '
-                       'revoked_at) VALUES (?, ?, ?, ?, ?, ?, NULL)',
-                       [rec.id, hash_key(plaintext), org, user, kind, rec.created_at])
-            self._bump_keys_version(tx)
-
-        self.atomic(insert)
-        self.key_writes += 1
-        return rec
-
-    def list_keys(self) -> list[KeyRecord]:
-        return [_key_record(r) for r in self.read("SELECT * FROM keys ORDER BY created_at")]
-
-    def revoke_key(self, key_id: str) -> bool:
-        def revoke(tx: Tx) -> bool:
-            cur = tx.execute("UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                             [time.time(), key_id])
-            if cur.rowcount > 0:
-                self._bump_keys_version(tx)
-            return cur.rowcount > 0
-
-        changed = self.atomic(revoke)
-        self.key_writes += 1 if changed else 0
-        return changed
-
-    def find_keys(self, key_hashes: list[str]) -> list[tuple[str, KeyRecord]]:
-        """(hash, record) of each of ``key_hashes`` that is stored."""
-        if not key_hashes:
-            return []
-        rows = self.read(f"SELECT * FROM keys WHERE key_hash IN "
-                         f"({', '.join('?' * len(key_hashes))})", key_hashes)
-        return [(r["key_hash"], _key_record(r)) for r in rows]
-
-    def find_key(self, key_hash: str) -> KeyRecord | None:
-        row = self.read_one("SELECT * FROM keys WHERE key_hash = ?", [key_hash])
-        return _key_record(row) if row else None

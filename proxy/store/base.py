@@ -43,6 +43,7 @@ class Tx(Protocol):
 class Backend(Protocol):
     kind: str  # "sqlite" | "postgres"
     transient: tuple[type[Exception], ...]  # errors worth one retry (a dropped connection)
+    busy: tuple[type[Exception], ...]  # no connection free in time: slow, not unreachable
 
     def transaction(self) -> AbstractContextManager[Tx]: ...
 
@@ -65,10 +66,12 @@ class Backend(Protocol):
 class StoreUnavailable(ApiError):
     """The database could not be reached, even on a second try: a 503 the client may retry."""
 
-    def __init__(self, detail: str, pending: Future[Any] | None = None) -> None:
+    def __init__(self, detail: str, pending: Future[Any] | None = None,
+                 late: bool = False) -> None:
         super().__init__(503, "The proxy's store is unavailable; try again shortly.",
                          code="store_unavailable", type_="server_error")
         self.detail = detail
+        self.late = late  # slow (a missed deadline, no free connection), not found unreachable
         # A write that outlived its deadline still runs on the writer thread: its outcome
         # (committed, or failed) is this future's.
         self.pending = pending
@@ -113,11 +116,3 @@ def to_pyformat(sql: str) -> str:
             out.append("%%" if ch == "%" else ch)
     return "".join(out)
 
-
-# Tokens stored in the provider's prompt cache, and money (US dollars: spent upstream and what
-# the client's own requests would have cost without the proxy), per conversation and model and
-# per organization, user and hour. Migration 010_costs of both
-# backends.
-COST_COUNTS = {"usage_totals": ("cache_write_tokens", "summary_cache_write_tokens"),
-               "usage_hourly": ("cache_write_tokens",)}
-COST_MONEY = ("cost_spent_usd", "cost_without_usd")

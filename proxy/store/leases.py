@@ -1,7 +1,7 @@
 """Leases: a named claim that one process holds until it releases it or the lease runs out.
 
 Replicas on one PostgreSQL database use them for what must happen once across all of them: the
-compaction of one conversation's prefix (``proxy.context.flights``) and the background jobs
+compaction of one conversation's prefix (``proxy.context.records.flights``) and the background jobs
 (``run_once``). A holder that dies (SIGKILL, a lost machine) blocks nobody beyond its lease.
 Expiry is judged by the claimant's clock: replicas' clocks must agree to well within a lease
 (NTP does). On SQLite (one process) the same rows work; they are simply never contended.

@@ -2,30 +2,30 @@
 
 psycopg 3 rather than asyncpg: the store is used synchronously (from the writer thread, worker
 threads and the CLI), which an async-only driver does not serve. Every connection runs in
-autocommit; a transaction is opened explicitly for each unit of work. Migrations carry the same
-names as SQLite's and run under an advisory lock (per schema), so replicas starting at once
-apply each one exactly once.
+autocommit; a transaction is opened explicitly for each unit of work. The migrations are
+SQLite's (``proxy.store.schema``), run under an advisory lock (per schema), so replicas
+starting at once apply each one exactly once.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import RowMaker
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from proxy.store.base import COST_COUNTS, COST_MONEY, Params, Row, Tx, to_pyformat
+from proxy.store.base import Params, Row, Tx, to_pyformat
+from proxy.store.schema import MIGRATIONS, MIGRATIONS_TABLE, TYPES, Migration, apply_pending
 from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
 CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
 POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
-PROBE_POOL_WAIT_S = 0.5  # a probe's wait for a pooled connection before the pool is renewed
+PROBE_POOL_WAIT_S = 0.1  # a probe's wait for a pooled connection before the pool is renewed
 # Once a connection has failed, how long to wait for another until one works again.
 FAILING_TIMEOUT_S = 0.25
 # A silent partition (packets dropped, no reset) is seen by the kernel in seconds: keepalive
@@ -38,96 +38,21 @@ _LOCK_KEY = "hashtext('context-proxy migrations ' || current_schema())"  # per s
 _MIGRATION_LOCK = f"SELECT pg_advisory_lock({_LOCK_KEY})"
 _MIGRATION_UNLOCK = f"SELECT pg_advisory_unlock({_LOCK_KEY})"
 
-_REAL = "double precision"
-MIGRATIONS: list[tuple[str, list[str]]] = [
-    ("001_keys", [
-        f'CREATE TABLE keys (id text PRIMARY KEY, key_hash text NOT NULL, org text NOT NULL, '
-        f'"user" text, kind text NOT NULL, created_at {_REAL} NOT NULL, revoked_at {_REAL})',
-        "CREATE UNIQUE INDEX idx_keys_key_hash ON keys (key_hash)",
-        "CREATE TABLE meta (name text PRIMARY KEY, value bigint)",
-        "INSERT INTO meta (name, value) VALUES ('keys_version', 0)"]),
-    ("002_policy_layers", [
-        f'CREATE TABLE policy_layers (org text, "user" text, fields text NOT NULL, '
-        f'updated_at {_REAL} NOT NULL, PRIMARY KEY (org, "user"))']),
-    ("003_conversations", [
-        f"CREATE TABLE conversations (id text PRIMARY KEY, org text NOT NULL, "
-        f"created_at {_REAL} NOT NULL, updated_at {_REAL}, usage_prompt_tokens bigint, "
-        f"usage_estimate bigint, usage_messages bigint)",
-        f"CREATE TABLE compactions (id text PRIMARY KEY, conversation text NOT NULL, "
-        f"seq bigint NOT NULL, created_at {_REAL}, kind text NOT NULL, text text, "
-        f"prefix_hash text NOT NULL, covered bigint NOT NULL, preserved text, "
-        f"summary text NOT NULL, summary_model text, summary_tokens bigint, "
-        f"tokens_before bigint, tokens_after bigint, status text)",
-        "CREATE UNIQUE INDEX idx_compactions_conversation_seq ON compactions (conversation, seq)",
-        f"CREATE TABLE spills (conversation text, id text, tool_name text, tool_call_id text, "
-        f"content text NOT NULL, tokens bigint, created_at {_REAL}, "
-        f"expires_at {_REAL} NOT NULL, PRIMARY KEY (conversation, id))",
-        "CREATE INDEX idx_spills_expires_at ON spills (expires_at)"]),
-    ("004_drop_unused_columns", [
-        "ALTER TABLE conversations DROP COLUMN IF EXISTS usage_messages",
-        "ALTER TABLE compactions DROP COLUMN IF EXISTS text"]),
-    ("005_usage_totals", [
-        "CREATE TABLE usage_totals (conversation text, model text, "
-        + ", ".join(f"{c} bigint DEFAULT 0" for c in (
-            "requests", "prompt_tokens", "cached_tokens", "summary_calls",
-            "summary_prompt_tokens", "summary_cached_tokens"))
-        + f", updated_at {_REAL}, PRIMARY KEY (conversation, model))"]),
-    ("006_truncated_summaries", [
-        "ALTER TABLE compactions ADD COLUMN truncated bigint NOT NULL DEFAULT 0"]),
-    ("007_usage_hourly", [
-        'CREATE TABLE usage_hourly (org text NOT NULL, "user" text NOT NULL, hour bigint NOT NULL, '
-        + ", ".join(f"{c} bigint DEFAULT 0" for c in (
-            "requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
-            "outcome_auto", "outcome_manual", "outcome_reused", "outcome_failed",
-            "outcome_insufficient"))
-        + ', PRIMARY KEY (org, "user", hour))',
-        "CREATE INDEX usage_hourly_hour ON usage_hourly (hour)",
-        "ALTER TABLE conversations ADD COLUMN public_id text",
-        "ALTER TABLE conversations ADD COLUMN last_tokens_before bigint",
-        "ALTER TABLE conversations ADD COLUMN last_tokens_after bigint",
-        "CREATE INDEX conversations_org_updated ON conversations (org, updated_at)"]),
-    ("008_leases", [
-        f"CREATE TABLE leases (name text PRIMARY KEY, owner text NOT NULL, "
-        f"expires_at {_REAL} NOT NULL)",
-        f"CREATE TABLE learned_windows (model text PRIMARY KEY, tokens bigint NOT NULL, "
-        f"learned_at {_REAL})"]),
-    ("009_console_signouts", [
-        f"CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at {_REAL} NOT NULL)",
-        "CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at)",
-        "INSERT INTO meta (name, value) VALUES ('signouts_version', 0)"]),
-    ("010_costs", [  # sqlite.py's _m010_costs
-        *(f"ALTER TABLE {table} ADD COLUMN {c} bigint NOT NULL DEFAULT 0"
-          for table, counts in COST_COUNTS.items() for c in counts),
-        *(f"ALTER TABLE {table} ADD COLUMN {c} {_REAL} NOT NULL DEFAULT 0"
-          for table in COST_COUNTS for c in COST_MONEY)]),
-    ("011_prepared_summaries", [
-        f"CREATE TABLE prepared_summaries (conversation text PRIMARY KEY, "
-        f"prefix_hash text NOT NULL, covered bigint NOT NULL, preserved text NOT NULL, "
-        f"summary text NOT NULL, summary_model text, summary_tokens bigint, "
-        f"truncated bigint NOT NULL DEFAULT 0, created_at {_REAL})"]),
-]
-
-
-def migrate(conn: psycopg.Connection[Any],
-            migrations: list[tuple[str, list[str]]] | None = None) -> list[str]:
-    """Apply pending migrations in order (each in its own transaction) under the advisory lock;
-    return the names applied. Idempotent; ``conn`` must be in autocommit."""
+def migrate(conn: psycopg.Connection[Any], migrations: Sequence[Migration] = MIGRATIONS
+            ) -> list[str]:
+    """Apply the pending migrations of ``proxy.store.schema`` in order (each in its own
+    transaction) under the advisory lock; return the names applied. Idempotent; ``conn`` must
+    be in autocommit."""
     conn.execute(_MIGRATION_LOCK)
     try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS _migrations (name text PRIMARY KEY, "
-                     f"applied_at {_REAL})")
-        done = {r[0] for r in conn.execute("SELECT name FROM _migrations").fetchall()}
-        applied = []
-        for name, statements in migrations or MIGRATIONS:
-            if name in done:
-                continue
+        conn.execute(MIGRATIONS_TABLE.format_map(TYPES["postgres"]))
+        done = {str(r[0]) for r in conn.execute("SELECT name FROM _migrations").fetchall()}
+
+        def in_transaction(fn: Callable[[Tx], bool]) -> bool:
             with conn.transaction():
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (%s, %s)",
-                             [name, time.time()])
-            applied.append(name)
-        return applied
+                return fn(PgTx(conn))
+
+        return apply_pending("postgres", in_transaction, done, migrations)
     finally:
         conn.execute(_MIGRATION_UNLOCK)
 
@@ -178,6 +103,7 @@ class PgTx:
 class PostgresBackend:
     kind = "postgres"
     transient: tuple[type[Exception], ...] = (psycopg.OperationalError,)
+    busy: tuple[type[Exception], ...] = (PoolTimeout,)
 
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url

@@ -3,7 +3,7 @@ by the fake upstream.
 
 The agent runs for real (its own prompts, tools and side requests); this model stands in for the
 LLM behind it. It reads each request as the fake gives it (a chat-style body: ``messages``,
-``tools``; see ``proxy.testing.fake_apis.as_chat``), finds the agent's file-reading tool in
+``tools``; see ``proxy.testing.fake.fake_apis.as_chat``), finds the agent's file-reading tool in
 ``tools`` and asks for the next unread file of a workspace of ``FILES`` notes files, one planted
 fact in each (``FACT-17: the invoice rounding mode is BANKERS-0017``). After ``calls`` reads (one
 or two per turn) it answers with a final message listing every planted fact it can still see in

@@ -25,12 +25,12 @@ import orjson
 from aiohttp import web
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
-from proxy.context.token_formula import REPLY_PRIMING
-from proxy.testing import fake_apis
-from proxy.testing.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
-from proxy.testing.faults import Fault as Fault  # re-exported: tests script faults from here
-from proxy.testing.prompt_cache import PromptCache as PromptCache  # re-exported
-from proxy.testing.strict_apis import Prefix
+from proxy.context.tokens.formula import REPLY_PRIMING
+from proxy.testing.fake import fake_apis
+from proxy.testing.fake.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
+from proxy.testing.fake.faults import Fault as Fault  # re-exported: tests script faults from here
+from proxy.testing.fake.prompt_cache import PromptCache as PromptCache  # re-exported
+from proxy.testing.fake.strict_apis import Prefix
 
 ChatResponder = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
@@ -57,7 +57,7 @@ _counter: Any = None
 
 def _token_counter() -> Any:
     global _counter
-    from proxy.context.tokens import TokenCounter
+    from proxy.context.tokens.counter import TokenCounter
 
     if _counter is None:
         _counter = TokenCounter()

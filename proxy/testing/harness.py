@@ -20,6 +20,7 @@ from proxy.app import create_app
 from proxy.settings import Settings, load_settings
 from proxy.state import STATE, ProxyState
 from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.scrape import metric
 
 T = TypeVar("T")
 
@@ -112,15 +113,11 @@ class Harness:
     def metric(self, name: str, **labels: str) -> float:
         """The sum of the ``/metrics`` samples named ``name`` with these ``labels``, read once
         the proxy is idle (``settle``)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
         self.settle()
-        text = self.state.metrics.render().decode()
-        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+        return metric(self.state.metrics.render().decode(), name, **labels)
 
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
-        return self.state.store.create_key(org, user)[1]
+        return self.state.store.keys.create(org, user)[1]
 
     def start(self) -> Harness:
         self._thread.start()

@@ -29,14 +29,17 @@ _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 class Replicas:
     """``with Replicas(tmp, url, 3, policies=...) as r:`` starts the fake upstream and the
-    replicas; ``policies`` is the text of the policies folder's ``platform.yaml``."""
+    replicas; ``policies`` is the text of the policies folder's ``platform.yaml``.
+    ``upstream``: the base URL of an upstream already running (a fake in a process of its
+    own, say), in place of the in-process fake."""
 
     def __init__(self, tmp: Path, database_url: str, count: int = 3,
                  fake: FakeUpstream | None = None, policies: str = "",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, upstream: str | None = None) -> None:
         self.tmp = tmp
         self.database_url = database_url
         self.count = count
+        self.upstream = upstream
         self.fake = fake or FakeUpstream()
         self.env = env or {}
         (tmp / "policies").mkdir(exist_ok=True)
@@ -81,7 +84,8 @@ class Replicas:
 
     def start(self) -> Replicas:
         self._thread.start()
-        upstream = asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
+        upstream = self.upstream or asyncio.run_coroutine_threadsafe(
+            self.fake.start(), self.loop).result(10)
         # The schema first, from one process: replicas then start on a migrated store.
         self.store = Store(self.database_url)
         self.procs = [self._spawn(i, upstream) for i in range(self.count)]
@@ -105,7 +109,7 @@ class Replicas:
 
     def create_key(self, org: str = "acme", user: str | None = None) -> str:
         assert self.store is not None
-        return self.store.create_key(org, user)[1]
+        return self.store.keys.create(org, user)[1]
 
     def kill(self, i: int) -> None:
         """SIGKILL replica ``i``: no shutdown, no release of what it held."""
@@ -126,7 +130,8 @@ class Replicas:
                 proc.wait()
         if self.store is not None:
             self.store.close()
-        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        if self.upstream is None:
+            asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()

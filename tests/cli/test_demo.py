@@ -7,16 +7,19 @@ import io
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 
 from proxy.cli import demo
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +82,46 @@ def test_masked_counts_the_placeholders_sent() -> None:
     assert demo.masked_in(sent) == 1
 
 
+def run_curl_line(line: str) -> str:
+    """The answer to the printed ``curl`` line: run by curl where it is installed, else replayed
+    from its own words (URL, ``-H`` headers, ``-d`` body) so a machine with only Python checks
+    the same line."""
+    if shutil.which("curl"):
+        return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                              check=True).stdout
+    words = shlex.split(line)
+    assert words[:2] == ["curl", "-s"], words
+    url, rest = words[2], words[3:]
+    pairs = list(zip(rest[::2], rest[1::2], strict=True))
+    assert {flag for flag, _ in pairs} <= {"-H", "-d"}, rest
+    headers = dict(h.split(": ", 1) for flag, h in pairs if flag == "-H")
+    data = next(d for flag, d in pairs if flag == "-d")
+    request = urllib.request.Request(url, data=data.encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return str(answer.read().decode())
+
+
+def test_run_curl_line_replays_the_words_of_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[urllib.request.Request] = []
+
+    class Answer(io.BytesIO):
+        def __enter__(self) -> Answer:
+            return self
+
+    def urlopen(request: urllib.request.Request, timeout: float) -> Answer:
+        seen.append(request)
+        return Answer(b'{"ok": true}')
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    line = ("curl -s http://127.0.0.1:1/v1/chat/completions -H 'Authorization: Bearer cp-x' "
+            "-H 'Content-Type: application/json' -d '{\"model\": \"m\"}'")
+    assert run_curl_line(line) == '{"ok": true}'
+    assert seen[0].full_url == "http://127.0.0.1:1/v1/chat/completions"
+    assert seen[0].get_header("Authorization") == "Bearer cp-x"
+    assert seen[0].data == b'{"model": "m"}'
+
+
 def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "demo", "--turns", "3",
                              "--serve"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -91,9 +134,7 @@ def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:
             assert line, "".join(lines)
             lines.append(line)
         curl = next(line.strip() for line in lines if line.lstrip().startswith("curl -s"))
-        answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True,
-                                timeout=30, check=True)
-        body = json.loads(answer.stdout)
+        body = json.loads(run_curl_line(curl))
         assert body["object"] == "chat.completion"
         assert body["choices"][0]["message"]["role"] == "assistant"
         base_url = next(line.split("base_url:")[1].strip() for line in lines

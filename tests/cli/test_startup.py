@@ -17,6 +17,9 @@ from pathlib import Path
 import openai
 import pytest
 
+from proxy.cli import startup
+from proxy.errors import ConfigError
+from proxy.settings import load_settings
 from proxy.store.postgres import public_url
 from proxy.testing.fake_upstream import FakeUpstream
 
@@ -225,15 +228,26 @@ def test_serving_process_tunes_the_collector() -> None:
     assert out.stdout.split() == ["True", "True", "True"]
 
 
+def test_serving_process_switches_threads_within_a_millisecond() -> None:
+    """A store thread whose answer came waits at most 1 ms for the interpreter lock (run
+    apart: it changes the process)."""
+    code = ("import sys; from proxy.cli import startup; sys.setswitchinterval(0.005); "
+            "startup.tune_switching(); print(sys.getswitchinterval() <= 0.001)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
+                         timeout=HANG_GUARD_S, check=True)
+    assert out.stdout.split() == ["True"]
+
+
 def test_serve_tunes_the_process_after_start_up() -> None:
-    """``serve`` tunes the collector and the allocator once the application is built (and
-    before it serves requests)."""
+    """``serve`` tunes the collector, the allocator and thread switching once the application
+    is built (and before it serves requests)."""
     import inspect
 
     from proxy import cli as cli_module
 
     source = inspect.getsource(cli_module._serve)
-    for call in ("startup.tune_collector()", "startup.tune_allocator()"):
+    for call in ("startup.tune_collector()", "startup.tune_allocator()",
+                 "startup.tune_switching()"):
         assert source.index(call) < source.index("web.run_app("), call
 
 
@@ -270,3 +284,77 @@ def test_tuned_allocator_keeps_a_growing_bodys_parse_buffer_on_the_heap() -> Non
         _, _, plain_faults = _probe_allocator("plain")
         assert plain_faults > 200  # the cost the tuning removes is there without it
         assert tuned_faults < 50
+
+
+# --- the same checks in process ---------------------------------------------------------------
+
+
+def test_listen_binds_or_names_the_setting_at_fault(busy_port: int) -> None:
+    sock = startup.listen("127.0.0.1", 0)
+    try:
+        assert sock.getsockname()[1] > 0 and not sock.getblocking()
+    finally:
+        sock.close()
+    with pytest.raises(ConfigError, match=r"--port: cannot listen on 127.0.0.1:\d+: already in"):
+        startup.listen("127.0.0.1", busy_port)
+    with pytest.raises(ConfigError, match="--host: cannot resolve"):
+        startup.listen("no-such-host.invalid", 0)
+
+
+def test_open_store_names_the_file_it_cannot_open(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    bad = load_settings({"CONTEXT_PROXY_DB": str(blocked / "proxy.db"),
+                         "CONTEXT_PROXY_DATABASE_URL": ""})
+    with pytest.raises(ConfigError, match="CONTEXT_PROXY_DB: cannot open the store at"):
+        startup.open_store(bad)
+    good = load_settings({"CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"),
+                          "CONTEXT_PROXY_DATABASE_URL": ""})
+    startup.open_store(good, announce=True).close()
+    assert capsys.readouterr().err == f"store: {tmp_path / 'proxy.db'}\n"
+    assert startup.store_name(good) == str(tmp_path / "proxy.db")
+
+
+def test_a_store_at_the_older_default_is_moved_with_its_side_files(tmp_path: Path) -> None:
+    legacy = tmp_path / "cwd" / "context-proxy.db"
+    legacy.parent.mkdir()
+    for suffix in ("", "-wal"):
+        legacy.with_name(legacy.name + suffix).write_text(suffix or "main")
+    target = tmp_path / "data" / "context-proxy" / "context-proxy.db"
+    line = startup.prepare_data_folder(target, legacy)
+    assert line is not None and "moved the store" in line and not legacy.exists()
+    assert target.read_text() == "main" and (target.parent / "context-proxy.db-wal").exists()
+    legacy.write_text("again")
+    kept = startup.prepare_data_folder(target, legacy)
+    assert kept is not None and "is not used" in kept and legacy.exists()
+    assert startup.prepare_data_folder(target, tmp_path / "none.db") is None
+
+
+def test_the_startup_line_names_everything_without_secrets(tmp_path: Path) -> None:
+    settings = load_settings({"CONTEXT_PROXY_DB": str(tmp_path / "p.db"),
+                              "CONTEXT_PROXY_DATABASE_URL": "postgresql://u:pw-x@db:5433/cp",
+                              "CONTEXT_PROXY_UPSTREAM_URL": "https://k:pw-y@up.example/v1?x=1"})
+    sock = startup.listen("127.0.0.1", 0)
+    try:
+        line = startup.startup_line(settings, sock)
+    finally:
+        sock.close()
+    assert line.startswith("context-proxy listening on http://127.0.0.1:")
+    assert "upstream https://up.example/v1;" in line and "pw-" not in line
+    assert "store postgresql postgresql://u@db:5433/cp" in line and line.endswith(
+        "auth proxy_keys")
+    assert startup.public_url("http://a:b@h:81/p?q") == "http://h:81/p"
+
+
+def test_tuning_the_collector_and_the_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # the test process keeps its collector
+    before = gc.get_threshold()
+    try:
+        startup.tune_collector()
+        assert gc.get_threshold() == startup.COLLECTOR_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
+    assert startup.tune_allocator() == bool(os.confstr("CS_GNU_LIBC_VERSION"))

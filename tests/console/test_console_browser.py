@@ -195,24 +195,45 @@ def test_keyboard_only_edit_of_a_user_layer_on_a_narrow_window(page: Page,
 
 
 OVERLAPS = """() => {
+  // Every row of every table on the page, head rows included: no two cells overlap, and no
+  // element or line of text of a cell is drawn outside it (what a reader sees as overlap).
   const out = [];
   const inside = (a, b) => a.left >= b.left - 1 && a.right <= b.right + 1
       && a.top >= b.top - 1 && a.bottom <= b.bottom + 1;
-  for (const tr of document.querySelectorAll("table.fields tbody tr")) {
+  const clipped = (e) => {  // visually hidden (the screen-reader-only pattern): not drawn
+    for (; e; e = e.parentElement) if (getComputedStyle(e).clip.startsWith("rect")) return true;
+    return false;
+  };
+  const texts = (cell) => {
+    const rects = [], walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (!n.textContent.trim() || clipped(n.parentElement)) continue;
+      const range = document.createRange();
+      range.selectNodeContents(n);
+      rects.push(...[...range.getClientRects()].map(q => [n.textContent.trim(), q]));
+    }
+    return rects;
+  };
+  document.querySelectorAll("table tr").forEach((tr, row) => {
+    if (clipped(tr)) return;
+    const name = tr.id || `row ${row} of ${tr.closest("table").className || "a table"}`;
     const cells = [...tr.children].map(c => [c, c.getBoundingClientRect()]);
     cells.forEach(([c, r], i) => {
       for (const [d, s] of cells.slice(i + 1)) {
         const w = Math.min(r.right, s.right) - Math.max(r.left, s.left);
         const h = Math.min(r.bottom, s.bottom) - Math.max(r.top, s.top);
-        if (w > 1 && h > 1) out.push(`${tr.id}: cell ${i} overlaps ${d.textContent.trim()}`);
+        if (w > 1 && h > 1) out.push(`${name}: cell ${i} overlaps ${d.textContent.trim()}`);
       }
       for (const e of c.querySelectorAll("*")) {
         const q = e.getBoundingClientRect();
         if (q.width && q.height && getComputedStyle(e).position !== "absolute" && !inside(q, r))
-          out.push(`${tr.id}: a ${e.tagName} of cell ${i} spills out of it`);
+          out.push(`${name}: a ${e.tagName} of cell ${i} spills out of it`);
       }
+      for (const [text, q] of texts(c))
+        if (q.width && !inside(q, r))
+          out.push(`${name}: text "${text}" of cell ${i} spills out of it`);
     });
-  }
+  });
   return out;
 }"""
 

@@ -13,6 +13,7 @@ from console_support import TOKEN, Console
 
 from proxy.console.session import COOKIE
 from proxy.console.throttle import SignInThrottle
+from proxy.testing.scrape import metric, scrape
 
 WITHIN_S = 2.0
 
@@ -88,10 +89,9 @@ def test_wrong_sign_ins_are_throttled_and_then_even_the_right_token_waits(
         assert "Try again in" in refused.text
     warnings = [r for r in caplog.records if "console sign-in throttled" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
-    metrics = httpx.get(console.base + "/metrics", timeout=30).text
-    throttled = re.search(r'context_proxy_console_signins_throttled_total\{scope="address"\} '
-                          r'(\d+)', metrics)
-    assert throttled and int(throttled[1]) == statuses.count(429) + 1
+    throttled = metric(scrape(console.base, timeout=30),
+                       "context_proxy_console_signins_throttled_total", scope="address")
+    assert throttled == statuses.count(429) + 1
 
 
 def test_forwarded_addresses_count_only_from_a_trusted_front_end(

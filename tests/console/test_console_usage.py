@@ -14,7 +14,7 @@ from console_support import MODEL, PLATFORM, TOKEN, WINDOW, Console
 from factories import assistant, system, user, words
 
 from proxy.console.queries import HOURS, hourly_series
-from proxy.context.hourly import hour_of
+from proxy.context.records.hourly import hour_of
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness

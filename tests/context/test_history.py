@@ -7,7 +7,7 @@ from typing import Any
 from factories import assistant, system, tool_turn, user, words
 
 from proxy.context.history import NOTHING, History
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 
 MODEL = "gpt-4o"
 

@@ -11,7 +11,7 @@ from factories import assistant, system, tool_call, tool_result, user, words
 
 from proxy.context.checked import CheckedLists
 from proxy.context.history import History
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.errors import ApiError
 from proxy.http.parse import check_chat
 

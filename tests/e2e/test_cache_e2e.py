@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.context.identity import conversation_key
-from proxy.context.stages.messages import is_summary
+from proxy.context.stages.shared import is_summary
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent

@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.testing.fake_apis import RESPONSES
+from proxy.testing.fake.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 MODEL = "gpt-4.1"
 BIN = os.environ.get("CONTEXT_PROXY_AGENTS_BIN", "")
@@ -51,11 +51,11 @@ def codex(args: list[str], home: Path, cwd: Path, stdin: str | None = None
 
 
 def metric_lines(h: Harness, route: str) -> dict[str, float]:
-    with urllib.request.urlopen(h.base_url[:-3] + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    prefix = f'context_proxy_requests_total{{route="{route}",status_class="'
-    return {line[len(prefix):len(prefix) + 3]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line.startswith(prefix)}
+    """The route's request counts by status class (the classes it has answered)."""
+    text = scrape(h.base_url)
+    counts = {c: metric(text, "context_proxy_requests_total", route=route, status_class=c)
+              for c in ("1xx", "2xx", "3xx", "4xx", "5xx")}
+    return {c: n for c, n in counts.items() if n}
 
 
 def run_codex(h: Harness, tmp_path: Path) -> subprocess.CompletedProcess[str]:

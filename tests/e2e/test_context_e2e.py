@@ -1,4 +1,4 @@
-"""Context management in the live path, end to end through the openai SDK (issue 4)."""
+"""Context management in the live path, end to end through the openai SDK."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from factories import SEED_STEPS_YAML, seed_steps_platform
 
 from proxy.context.stages.mask import spill_id as spill_id_of
-from proxy.context.stages.messages import is_summary
 from proxy.context.stages.ordering import ordering_problems
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.shared import is_summary
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, DEMO_FACT, MEMORY, SYSTEM, TASK, TOOLS
 from proxy.testing.fake_upstream import FakeUpstream, Fault, is_summary_request

@@ -14,7 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from proxy.store import Store, hash_key
+from proxy.store import Store
+from proxy.store.keys import hash_key
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
 
@@ -94,9 +95,9 @@ def test_passthrough_forwards_client_key_and_binds_org(make_harness, tmp_path: P
     c.chat.completions.create(model="gpt-4o", messages=MSG)
     assert h.fake.requests[-1].headers["Authorization"] == "Bearer sk-client-own-key"
     assert h.state.auth.authenticate  # a binding picks the organization
-    h.state.store.bind_key("sk-client-own-key", "globex")
+    h.state.store.keys.bind("sk-client-own-key", "globex")
     digest = hash_key("sk-client-own-key")
-    principal = h.state.auth._resolve(h.state.store.find_key(digest), "sk-client-own-key",
+    principal = h.state.auth._resolve(h.state.store.keys.find(digest), "sk-client-own-key",
                                       digest)
     assert principal is not None and principal.org == "globex"
 
@@ -106,8 +107,8 @@ def test_bound_passthrough_key_is_not_a_proxy_key(
     from proxy.auth import Authenticator
 
     store = Store(store_target("s.db"))
-    store.bind_key("sk-client", "acme")
+    store.keys.bind("sk-client", "acme")
     auth = Authenticator(store, "proxy_keys", "sk-up")
     digest = hash_key("sk-client")
-    assert auth._resolve(store.find_key(digest), "sk-client", digest) is None
+    assert auth._resolve(store.keys.find(digest), "sk-client", digest) is None
     store.close()

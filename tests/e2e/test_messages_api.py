@@ -15,7 +15,7 @@ from factories import synchronous_policies
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import MESSAGES, thinking_block
+from proxy.testing.fake.fake_apis import MESSAGES, thinking_block
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 

@@ -18,7 +18,7 @@ from proxy.console.queries import usage_by_org
 from proxy.context.identity import conversation_key
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
-from proxy.testing import fake_apis
+from proxy.testing.fake import fake_apis
 from proxy.testing.fake_upstream import FakeUpstream, Recorded, is_summary_request
 from proxy.testing.harness import Harness
 

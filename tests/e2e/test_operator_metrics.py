@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import platform
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +15,6 @@ import httpx
 import openai
 import pytest
 from factories import SEED_STEPS_YAML
-from prometheus_client.parser import text_string_to_metric_families
 from promtool import lint_metrics
 
 from proxy.rerank.order import SYSTEM_PROMPT
@@ -24,6 +22,7 @@ from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
 from proxy.testing.fake_upstream import FakeUpstream, Fault, is_summary_request
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape, series
 
 MODEL, WINDOW = "agent-32k", 32_768
 DOCS = [f"passage number {i} about topic {i % 3}" for i in range(8)]
@@ -31,7 +30,6 @@ DOCS = [f"passage number {i} about topic {i % 3}" for i in range(8)]
 # A rerank budget a busy CI machine answers within (only the timeout case means to exceed it).
 POLICY = ("defaults:\n  rerank: {enabled: true, keep: 3, candidates: 5, timeout_ms: 1500}\n"
           f"  {SEED_STEPS_YAML}\n")
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def is_rerank_call(body: dict[str, Any]) -> bool:
@@ -75,19 +73,7 @@ class Session:
                           headers={"Authorization": f"Bearer {self.key}"}).status_code
 
     def scrape(self) -> str:
-        url = self.h.base_url.removesuffix("/v1") + "/metrics"
-        with urllib.request.urlopen(url) as resp:
-            return str(resp.read().decode())
-
-
-def samples(text: str) -> Samples:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
-
-
-def value(got: Samples, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    return sum(v for (n, ls), v in got.items() if n == name and want <= ls)
+        return scrape(self.h.base_url)
 
 
 def big_conversation() -> list[dict[str, Any]]:
@@ -136,51 +122,50 @@ def test_metrics_after_every_outcome_pass_promtool(make_harness, tmp_path: Path)
         s.client.close()
     assert outcomes == ["failed", "auto", "reused", "manual", "insufficient"]
     assert lint_metrics(text) == ""
-    got = samples(text)
     for outcome in ("failed", "auto", "reused", "manual", "insufficient"):
-        assert value(got, "context_proxy_compactions_total", outcome=outcome) >= 1, outcome
+        assert metric(text, "context_proxy_compactions_total", outcome=outcome) >= 1, outcome
     for outcome in ("applied", "unparsable", "skipped", "error", "timeout"):
-        assert value(got, "context_proxy_rerank_total", outcome=outcome) == 1, outcome
-    assert value(got, "context_proxy_masked_tool_results_total", org="acme") > 0
-    errors = {(dict(ls)["route"], dict(ls)["status"]): v for (n, ls), v in got.items()
-              if n == "context_proxy_upstream_errors_total"}
+        assert metric(text, "context_proxy_rerank_total", outcome=outcome) == 1, outcome
+    assert metric(text, "context_proxy_masked_tool_results_total", org="acme") > 0
+    errors = {(labels["route"], labels["status"]): v
+              for labels, v in series(text, "context_proxy_upstream_errors_total")}
     assert errors == {("summary", "500"): 1, ("rerank", "503"): 1, ("chat", "429"): 1,
                       ("chat", "unreachable"): 1, ("relay", "timeout"): 1}
     first_byte = "context_proxy_upstream_time_to_first_byte_seconds_count"
     for route in ("chat", "summary", "rerank", "models"):
-        assert value(got, first_byte, route=route) >= 1, route
+        assert metric(text, first_byte, route=route) >= 1, route
     # answers that came (the 429 and the 503 did), not the dropped or timed-out calls
-    assert value(got, first_byte, route="relay") == 0
-    assert value(got, "context_proxy_requests_in_flight", route="metrics") == 1  # this scrape
-    assert value(got, "context_proxy_requests_in_flight", route="chat") == 0
-    assert value(got, "context_proxy_requests_in_flight", route="rerank") == 0
-    assert value(got, "context_proxy_build_info", python=platform.python_version()) == 1
-    loaded = value(got, "context_proxy_policy_last_load_success_timestamp_seconds")
+    assert metric(text, first_byte, route="relay") == 0
+    assert metric(text, "context_proxy_requests_in_flight", route="metrics") == 1  # this scrape
+    assert metric(text, "context_proxy_requests_in_flight", route="chat") == 0
+    assert metric(text, "context_proxy_requests_in_flight", route="rerank") == 0
+    assert metric(text, "context_proxy_build_info", python=platform.python_version()) == 1
+    loaded = metric(text, "context_proxy_policy_last_load_success_timestamp_seconds")
     assert 0 < loaded <= time.time()
     for standard in ("process_cpu_seconds_total", "python_info",
                      "python_gc_collections_total"):
-        assert any(n == standard for n, _ in got), standard
+        assert series(text, standard), standard
 
 
 def test_an_applied_reload_moves_the_last_good_load_time(make_harness, tmp_path: Path) -> None:
     s = Session(make_harness, tmp_path)
     s.client.close()
     name = "context_proxy_policy_last_load_success_timestamp_seconds"
-    first = samples(s.scrape())
-    started = value(first, name)
-    assert started > 0 and value(first, "context_proxy_policy_last_reload_successful") == 1
+    first = s.scrape()
+    started = metric(first, name)
+    assert started > 0 and metric(first, "context_proxy_policy_last_reload_successful") == 1
     (s.folder / "platform.yaml").write_text("models: [unclosed\n")  # rejected: time stays
     deadline = time.monotonic() + 5
-    while value(samples(s.scrape()), "context_proxy_policy_reload_errors_total") == 0:
+    while metric(s.scrape(), "context_proxy_policy_reload_errors_total") == 0:
         assert time.monotonic() < deadline, "the broken file was never rejected"
         time.sleep(0.05)
-    rejected = samples(s.scrape())
-    assert value(rejected, name) == started
-    assert value(rejected, "context_proxy_policy_last_reload_successful") == 0
+    rejected = s.scrape()
+    assert metric(rejected, name) == started
+    assert metric(rejected, "context_proxy_policy_last_reload_successful") == 0
     (s.folder / "platform.yaml").write_text(POLICY + "# edited\n")
-    while value(samples(s.scrape()), "context_proxy_policy_reloads_total") == 0:
+    while metric(s.scrape(), "context_proxy_policy_reloads_total") == 0:
         assert time.monotonic() < deadline + 5, "the fixed file was never applied"
         time.sleep(0.05)
-    applied = samples(s.scrape())
-    assert value(applied, name) > started
-    assert value(applied, "context_proxy_policy_last_reload_successful") == 1
+    applied = s.scrape()
+    assert metric(applied, name) > started
+    assert metric(applied, "context_proxy_policy_last_reload_successful") == 1

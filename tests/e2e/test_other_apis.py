@@ -15,6 +15,7 @@ import pytest
 from proxy.context.identity import conversation_key
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 LONG = "Here is the log: " + "step ok; " * 900
 
@@ -144,9 +145,9 @@ def test_metrics_label_each_api(make_harness: Callable[..., Harness]) -> None:
                                messages=[{"role": "user", "content": "hi"}])
     with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as c:
         c.responses.create(model="gpt-x", input="hi")
-    text = requests.get(h.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-    assert 'context_proxy_requests_total{route="messages",status_class="2xx"} 1.0' in text
-    assert 'context_proxy_requests_total{route="responses",status_class="2xx"} 1.0' in text
+    text = scrape(h.base_url)
+    for route in ("messages", "responses"):
+        assert metric(text, "context_proxy_requests_total", route=route, status_class="2xx") == 1
 
 
 def test_other_messages_paths_go_to_the_anthropic_upstream(make_harness: Callable[..., Harness]
@@ -189,3 +190,22 @@ def test_manual_compaction_on_each_api(make_harness: Callable[..., Harness], api
     assert len(listed) < len(turns) and listed[-1] == turns[-1]
     assert h.fake.api_requests(f"/v1/{api}", summaries=True)  # the summary in the same API
     assert h.fake.refusals() == []
+
+
+def test_the_fake_answers_count_tokens_and_records_its_refusals(
+        make_harness: Callable[..., Harness]) -> None:
+    h = make_harness(fake=FakeUpstream())
+    base = h.fake.base_url
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
+    counted = requests.post(f"{base}/messages/count_tokens", json=body)
+    assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
+    refused = requests.post(f"{base}/messages", json={"model": "m"})
+    assert refused.status_code == 400
+    assert [(r.path, r.status) for r in h.fake.requests] == [
+        ("/v1/messages/count_tokens", 200), ("/v1/messages", 400)]
+    assert "max_tokens" in (h.fake.requests[-1].error or "")
+    # The proxy relays count_tokens to the Anthropic upstream; its answers are recorded.
+    via = requests.post(f"{h.base_url}/messages/count_tokens", json=body,
+                     headers={"x-api-key": h.create_key("acme")})
+    assert via.status_code == 200, via.text
+    assert h.answers[-1].path == "/v1/messages/count_tokens" and h.answers[-1].status == 200

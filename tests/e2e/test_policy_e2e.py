@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from proxy.context.tokens import TokenCounter
+from proxy.cli import main
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -75,3 +78,18 @@ def test_two_orgs_with_different_triggers_behave_differently(
         model=MODEL, messages=messages,  # type: ignore[arg-type]
         extra_headers={"X-Conversation-Id": "same-shape"})
     assert raw.headers["X-Context-Compaction"] == "auto"
+
+
+def test_a_cli_write_reaches_the_running_server(make_harness: Callable[..., Harness],
+                                                tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "policies").mkdir(exist_ok=True)
+    h = make_harness(env={"CONTEXT_PROXY_POLICIES": str(tmp_path / "policies")})
+    assert h.state.policies.resolve("acme").compaction.trigger_ratio == 0.8
+    monkeypatch.setenv("CONTEXT_PROXY_DB", str(tmp_path / "proxy.db"))  # the harness's store
+    monkeypatch.setenv("CONTEXT_PROXY_POLICIES", str(tmp_path / "policies"))
+    assert main(["policy", "set", "--org", "acme", "compaction.trigger_ratio=0.65"]) == 0
+    deadline = time.monotonic() + 1.5
+    while h.state.policies.resolve("acme").compaction.trigger_ratio != 0.65:
+        assert time.monotonic() < deadline, "the CLI write did not reach the server"
+        time.sleep(0.02)

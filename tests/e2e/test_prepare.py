@@ -12,8 +12,8 @@ from typing import Any
 import openai
 
 from proxy.testing import agent
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
-from proxy.testing.faults import Fault
 from proxy.testing.harness import Harness
 
 MODEL = "gpt-4o-w32k"
@@ -103,6 +103,38 @@ def test_a_long_session_never_waits_for_a_summary(make_harness, sdk, tmp_path: P
     text = json.dumps(last)
     for _, fact in FACTS:
         assert fact.split()[-1].rstrip(".") in text
+
+
+def test_a_ready_summary_is_applied_at_the_last_turn_under_the_trigger(
+        make_harness, sdk, tmp_path: Path) -> None:
+    # Summaries ready by the next turn (no delays; each turn waits for the preparations).
+    fake, script = FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True), Script()
+    fake.responder = script.respond
+    h = make_harness(fake=fake, env=policies(tmp_path, 0.6))
+    client = sdk(h, h.create_key())
+    messages = agent.opening_messages(SPEC)
+    seen = []
+    for assistant, results in agent.turns(SPEC, 30):
+        script.next = assistant
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
+            extra_headers={"X-Conversation-Id": "ready"})
+        seen.append(dict(raw.headers))
+        messages = [*messages, assistant, *results]
+        h.settle()
+    before = [int(s["x-context-tokens-before"]) for s in seen]
+    after = [int(s["x-context-tokens-after"]) for s in seen]
+    outcomes = [s["x-context-compaction"] for s in seen]
+    trigger = 0.80 * WINDOW
+    applied = [i for i, o in enumerate(outcomes) if o == "auto"]
+    assert len(applied) >= 2 and seen[applied[0]]["x-context-summary-wait-ms"] == "0"
+    # Each was applied while the list as it stood (the last list sent, grown by this turn's
+    # messages) was under the trigger, and the next turn, growing as much, would cross it.
+    for i in applied:
+        growth = before[i] - before[i - 1]
+        view = after[i - 1] + growth
+        assert view <= trigger * 1.03 and view + growth > trigger * 0.97, (i, view, growth)
+    assert all(a <= WINDOW for a in after)
 
 
 def test_preparing_never_changes_what_a_request_sends(make_harness, sdk, tmp_path: Path

@@ -210,7 +210,7 @@ def test_revocations_and_policy_writes_reach_the_other_replicas(replicas: Replic
     assert until(lambda: window(b) == window(c) == "12000")
 
     assert replicas.store is not None
-    key_id = next(k.id for k in replicas.store.list_keys() if k.org == "acme")
+    key_id = next(k.id for k in replicas.store.keys.all() if k.org == "acme")
     cli(["keys", "revoke", key_id], replicas.database_url)
     assert until(lambda: status(b) == status(c) == 401) and status(a) == 401
 

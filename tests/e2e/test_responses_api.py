@@ -13,9 +13,9 @@ import openai
 import pytest
 from factories import synchronous_policies
 
-from proxy.context.adapters.responses import read
+from proxy.context.adapters.openai_responses import read
 from proxy.testing import agent
-from proxy.testing.fake_apis import RESPONSES
+from proxy.testing.fake.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 

@@ -19,7 +19,7 @@ import pytest
 from factories import synchronous_policies
 
 from proxy.testing import agent
-from proxy.testing.fake_apis import RESPONSES
+from proxy.testing.fake.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
 

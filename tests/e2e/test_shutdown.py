@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from proxy.store import Store
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.faults import Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 2.0
@@ -107,7 +107,7 @@ def test_sigterm_ends_open_streams_with_an_error_within_the_grace(
     try:
         if store.kind == "sqlite":
             assert store.read_one("PRAGMA integrity_check")[0] == "ok"
-        assert store.list_keys()[0].org == "acme"
+        assert store.keys.all()[0].org == "acme"
     finally:
         store.close()
 

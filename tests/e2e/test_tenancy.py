@@ -9,7 +9,7 @@ import pytest
 from factories import seed_steps_platform
 
 from proxy.context.stages.mask import spill_id
-from proxy.context.stages.messages import is_summary
+from proxy.context.stages.shared import is_summary
 from proxy.testing import agent
 from proxy.testing.fake_upstream import FakeUpstream
 
@@ -63,8 +63,8 @@ def test_a_bound_passthrough_key_shares_its_organizations_conversations(make_har
                                                                         sdk: Any) -> None:
     h = make_harness(fake=FakeUpstream(models={MODEL: 32_000}),
                      env={"CONTEXT_PROXY_AUTH_MODE": "passthrough"})
-    h.state.store.bind_key("sk-team-key-a", "acme")
-    h.state.store.bind_key("sk-team-key-b", "acme")
+    h.state.store.keys.bind("sk-team-key-a", "acme")
+    h.state.store.keys.bind("sk-team-key-b", "acme")
     a, b = sdk(h, "sk-team-key-a"), sdk(h, "sk-team-key-b")
     messages = agent.conversation(SPEC, 10)
     headers = {"X-Conversation-Id": "team"}

@@ -15,12 +15,12 @@ import openai
 import pytest
 
 from proxy.context.adapters.anthropic import read as read_messages
-from proxy.context.adapters.responses import read as read_responses
+from proxy.context.adapters.openai_responses import read as read_responses
 from proxy.context.stages.ordering import ordering_problems
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
-from proxy.testing.fake_apis import MESSAGES, RESPONSES
+from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 

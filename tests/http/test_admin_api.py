@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from proxy.policy.model import FIELDS
-from proxy.store import Store, hash_key
+from proxy.store import Store
+from proxy.store.keys import hash_key
 from proxy.testing.harness import Harness
 
 TOKEN = "admin-secret-token-0123"

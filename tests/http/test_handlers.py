@@ -17,7 +17,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import create_app
 from proxy.context.identity import conversation_key
@@ -25,6 +24,7 @@ from proxy.policy.platform import PlatformConfig
 from proxy.settings import load_settings
 from proxy.state import STATE
 from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.scrape import metric
 
 MODEL = "handler-model"
 WINDOW = 32_768
@@ -66,7 +66,7 @@ async def proxy(aiohttp_client: Callable[[web.Application], Awaitable[Client]],
 @pytest.fixture
 def auth(proxy: Client, app: web.Application) -> dict[str, str]:
     """The headers of a fresh key of organization ``acme`` (the store exists once started)."""
-    _, key = app[STATE].store.create_key("acme")
+    _, key = app[STATE].store.keys.create("acme")
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -246,10 +246,10 @@ async def test_missing_or_invalid_key_is_401(proxy: Client, app: web.Application
 async def test_revoked_key_is_401_on_the_next_request(proxy: Client, app: web.Application,
                                                       fake: FakeUpstream) -> None:
     store = app[STATE].store
-    record, key = store.create_key("acme")
+    record, key = store.keys.create("acme")
     headers = {"Authorization": f"Bearer {key}"}
     assert (await proxy.post(CHAT, json=GOOD, headers=headers)).status == 200
-    assert store.revoke_key(record.id)
+    assert store.keys.revoke(record.id)
     err = await openai_error(await proxy.post(CHAT, json=GOOD, headers=headers), 401)
     assert err["code"] == "invalid_api_key"
     assert len(fake.chat_requests()) == 1
@@ -275,8 +275,7 @@ async def test_metrics_count_requests_by_route_and_status(proxy: Client,
     resp = await proxy.get("/metrics")
     assert resp.status == 200
     assert resp.headers["Content-Type"] == CONTENT_TYPE_LATEST
-    counts = {(s.labels["route"], s.labels["status_class"]): s.value
-              for f in text_string_to_metric_families(await resp.text()) for s in f.samples
-              if s.name == "context_proxy_requests_total"}
-    assert counts[("chat", "2xx")] == 1 and counts[("chat", "4xx")] == 2
+    text = await resp.text()
+    assert metric(text, "context_proxy_requests_total", route="chat", status_class="2xx") == 1
+    assert metric(text, "context_proxy_requests_total", route="chat", status_class="4xx") == 2
     assert UPSTREAM_KEY not in await resp.text()

@@ -4,6 +4,8 @@ are not in it (SPEC section 6)."""
 
 from __future__ import annotations
 
+import contextvars
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,10 +13,12 @@ from pathlib import Path
 import anthropic
 import httpx
 import openai
+import pytest
 
-from proxy.context import overhead
+from proxy.context.accounting import overhead
 from proxy.testing import agent
 from proxy.testing.agent import DEMO, TOOLS
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
 
@@ -77,10 +81,58 @@ def test_summary_calls_are_not_the_proxy_time(make_harness: Callable[..., Harnes
     assert own_ms(raw.headers) < 1500
 
 
-def test_the_stopwatch_counts_until_the_first_send() -> None:
+def test_the_upstream_wait_is_not_the_proxy_time(make_harness: Callable[..., Harness]) -> None:
+    """An upstream that takes 400 ms to answer, on every API, whole and streamed, and one that
+    drips its whole answer for longer: the waits are the upstream's; the header is the rest."""
+    slow = [Fault(status=200, delay_s=0.4, times=-1, path=path)
+            for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")]
+    h = make_harness(fake=FakeUpstream(faults=slow))
+    key = h.create_key("acme")
+    said: list[float] = []
+    with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as oa:
+        said.append(own_ms(oa.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=CHAT).headers))  # type: ignore[arg-type]
+        with oa.chat.completions.with_streaming_response.create(
+                model="gpt-4o", messages=CHAT, stream=True) as streamed:  # type: ignore
+            said.append(own_ms(streamed.headers))
+        said.append(own_ms(oa.responses.with_raw_response.create(
+            model="gpt-4o", input="Hi").headers))
+    with anthropic.Anthropic(base_url=h.base_url.removesuffix("/v1"), api_key=key,
+                             max_retries=0) as an:
+        said.append(own_ms(an.messages.with_raw_response.create(
+            model="claude-sonnet-4-5", max_tokens=64, messages=CHAT).headers))  # type: ignore
+    assert max(said) < 300, said
+    h.fake.faults[:] = [Fault(status=200, mode="drip", times=-1)]  # 16 bytes every 2 ms
+    took = time.perf_counter()
+    with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as oa:
+        dripped = oa.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=CHAT)  # type: ignore[arg-type]
+    took = time.perf_counter() - took
+    assert took > 0.1 and own_ms(dripped.headers) < took * 1000 / 2
+
+
+def test_the_histogram_books_what_the_header_says(harness: Harness, key: str) -> None:
+    with openai.OpenAI(base_url=harness.base_url, api_key=key, max_retries=0) as oa:
+        said = own_ms(oa.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=CHAT).headers)  # type: ignore[arg-type]
+    assert harness.metric("context_proxy_overhead_seconds_count", route="chat") == 1
+    assert harness.metric("context_proxy_overhead_seconds_sum", route="chat") == \
+        pytest.approx(said / 1000, abs=0.00001)
+
+
+def test_the_stopwatch_leaves_out_what_it_is_told() -> None:
     watch = overhead.Stopwatch(arrived=10.0)
     watch.excluded = 2.0
-    assert watch.own_since_arrival(12.5) == 0.5
-    assert watch.sent(12.75) == 0.75
-    assert watch.sent(20.0) == 0.75  # a retry's send: the time between is the upstream's
+    assert watch.own(12.5) == 0.5
+    booked: list[float] = []
+
+    def one_request() -> None:
+        watch = overhead.begin(time.perf_counter() - 4.0)
+        overhead.waited(time.perf_counter() - 1.0)  # an upstream call that took a second
+        assert 0.99 < watch.excluded < 1.5
+        first = overhead.stamp(booked.append)
+        overhead.stamp(booked.append)  # booked once per request
+        assert len(booked) == 1 and 2500 <= float(first) < 3100
+
+    contextvars.copy_context().run(one_request)
     assert overhead.milliseconds(0.00075) == "0.75"

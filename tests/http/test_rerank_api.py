@@ -17,6 +17,7 @@ import pytest
 from proxy.rerank.order import SYSTEM_PROMPT
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape, series
 
 DOCS = [f"passage number {i} about topic {i % 3}" for i in range(8)]
 # The rerank budget: long enough that a loopback call answers within it on a busy CI machine
@@ -239,10 +240,8 @@ def test_metrics_count_outcomes(rr: Rerank) -> None:
     rr.answer = "nope"
     rr.post(body())
     rr.post(body(DOCS[:2]))
-    text = httpx.get(rr.h.base_url.removesuffix("/v1") + "/metrics").text
-    assert 'context_proxy_rerank_total{outcome="applied"} 1.0' in text
-    assert 'context_proxy_rerank_total{outcome="unparsable"} 1.0' in text
-    assert 'context_proxy_rerank_total{outcome="skipped"} 1.0' in text
-    assert 'context_proxy_rerank_total{outcome="timeout"} 0.0' in text
-    assert 'context_proxy_rerank_duration_seconds_count{outcome="applied"} 1.0' in text
-    assert 'context_proxy_requests_total{route="rerank",status_class="2xx"} 3.0' in text
+    text = scrape(rr.h.base_url)
+    assert {labels["outcome"]: v for labels, v in series(text, "context_proxy_rerank_total")} \
+        == {"applied": 1, "unparsable": 1, "skipped": 1, "timeout": 0, "error": 0}
+    assert metric(text, "context_proxy_rerank_duration_seconds_count", outcome="applied") == 1
+    assert metric(text, "context_proxy_requests_total", route="rerank", status_class="2xx") == 3

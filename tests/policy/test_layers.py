@@ -19,10 +19,10 @@ from proxy.policy.layers import (
     field_states,
     view_json,
 )
+from proxy.policy.live import PolicyService
 from proxy.policy.model import FIELDS, ProtectedRule
 from proxy.policy.platform import PlatformConfig, load_policies, parse_platform
 from proxy.policy.rows import load_snapshot, write_layer
-from proxy.policy.service import PolicyService
 from proxy.store import Store
 
 TRIGGER = "compaction.trigger_ratio"
@@ -283,10 +283,10 @@ def test_bad_stored_field_is_dropped_not_fatal(store: Store) -> None:
 def test_list_orgs_merges_sources(store: Store) -> None:
     store.atomic(write_layer, "beta", "bob", {TRIGGER: 0.7})
     store.atomic(write_layer, "gamma", None, {TRIGGER: 0.7})
-    store.create_key("delta")
-    store.create_key("gamma")
+    store.keys.create("delta")
+    store.keys.create("gamma")
     svc = PolicyService(platform("orgs: {acme: {users: {alice: {policy: {}}}}}"), store)
-    from proxy.policy.rows import key_counts
+    from proxy.store.keys import key_counts
 
     orgs = {o["org"]: o for o in svc.list_orgs(store.snapshot(key_counts))}
     assert list(orgs) == ["acme", "beta", "delta", "gamma"]

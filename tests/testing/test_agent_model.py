@@ -4,17 +4,11 @@ fake and the harness record for those sessions (answer statuses, count_tokens)."
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import httpx
-
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent_model
 from proxy.testing.agent_model import AgentModel, fact, fact_summarizer, file_text
-from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.harness import Harness
 
 READ = {"type": "function", "function": {"name": "Read", "parameters": {
     "type": "object", "properties": {"file_path": {"type": "string"}}}}}
@@ -103,22 +97,3 @@ def test_side_requests_and_an_agent_s_own_compaction_get_plain_text() -> None:
         {"role": "user", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION."}],
         "tools": [EXEC]})
     assert fact(3) in compaction["content"] and "tool_calls" not in compaction
-
-
-def test_the_fake_answers_count_tokens_and_records_its_refusals(
-        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
-    h = make_harness(fake=FakeUpstream())
-    base = h.fake.base_url
-    body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
-    counted = httpx.post(f"{base}/messages/count_tokens", json=body)
-    assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
-    refused = httpx.post(f"{base}/messages", json={"model": "m"})
-    assert refused.status_code == 400
-    assert [(r.path, r.status) for r in h.fake.requests] == [
-        ("/v1/messages/count_tokens", 200), ("/v1/messages", 400)]
-    assert "max_tokens" in (h.fake.requests[-1].error or "")
-    # The proxy relays count_tokens to the Anthropic upstream; its answers are recorded.
-    via = httpx.post(f"{h.base_url}/messages/count_tokens", json=body,
-                     headers={"x-api-key": h.create_key("acme")})
-    assert via.status_code == 200, via.text
-    assert h.answers[-1].path == "/v1/messages/count_tokens" and h.answers[-1].status == 200

@@ -16,8 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
+from proxy.testing.fake.faults import BAD_EVENT, HUGE_CHARS
 from proxy.testing.fake_upstream import FakeUpstream, Fault, approx_tokens, embed
-from proxy.testing.faults import BAD_EVENT, HUGE_CHARS
 from proxy.upstream.usage import stated_window
 
 Client = TestClient[web.Request, web.Application]

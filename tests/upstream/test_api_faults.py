@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from proxy.testing.fake_apis import MESSAGES, RESPONSES
+from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
 

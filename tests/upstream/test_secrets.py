@@ -14,8 +14,8 @@ import pytest
 
 from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
+from proxy.testing.fake.faults import Fault
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.faults import Fault
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 ROUTES = {  # name: (method, path, body, the upstream path the fault is set on)

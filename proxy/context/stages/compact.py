@@ -1,8 +1,8 @@
 """Stage 2, compaction (SPEC section 5): plan a cut, summarize what is before it, rewrite.
 
 ``plan_compaction`` decides and ``apply_summary`` rebuilds the list around a summary; the summary
-call itself happens at the service edge (``proxy.context.compaction``), so the live path can store
-a plan with its summary and apply it again to later requests.
+call itself happens at the service edge (``proxy.context.summary.compaction``), so the live
+path can store a plan with its summary and apply it again to later requests.
 
 What is before the cut and always kept verbatim: every system/developer message, the first user
 message (``compaction.protect_first_user``), protected messages (``compaction.protected``), and
@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.stages.messages import (
+from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import (
     as_dicts,
     called_tools,
     format_summary,
@@ -47,7 +48,6 @@ from proxy.context.stages.messages import (
     result_tool_name,
     tool_names_by_call_id,
 )
-from proxy.context.stages.scope import Scope
 from proxy.policy.model import Policy
 
 SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
@@ -173,12 +173,15 @@ def plan_compaction(
     *,
     force: bool = False,
     message_tokens: Sequence[int] | None = None,
+    lasting: bool = True,
 ) -> CompactionPlan | None:
     """The compaction plan, or ``None`` when compaction is disabled or not triggered.
 
     The scope's window may be unknown (``None``): the fallback window applies.
     ``force`` (manual compaction) skips the trigger, not ``compaction.enabled``.
     ``message_tokens`` may pass counts already made (e.g. ``MaskResult.message_tokens``).
+    A compaction that would not last (``_lasts``) waits while the request fills at most
+    ``LASTING_CAP`` of the window, unless ``lasting`` is false.
     """
     policy = scope.policy
     cp = policy.compaction
@@ -220,7 +223,7 @@ def plan_compaction(
         else:
             kept.add(group_of[last_user])
     preserved = tuple(i for g in sorted(kept) for i in range(*bounds[g]) if i < cut)
-    if not force and total <= LASTING_CAP * w and not _lasts(
+    if lasting and not force and total <= LASTING_CAP * w and not _lasts(
             sum(tokens[i] for i in preserved) + summary_max + SUMMARY_FRAME_TOKENS + overhead
             + sum(tokens[cut:]), _growth(messages, tokens), trigger):
         return None

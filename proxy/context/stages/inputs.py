@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder, is_cleared
-from proxy.context.stages.messages import is_protected
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import is_protected
 
 _COUNTS: dict[tuple[str, str], int] = {}
 _COUNTS_LIMIT = 20_000

@@ -38,14 +38,14 @@ from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
-from proxy.context.stages.messages import (
+from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import (
     as_dicts,
     is_protected,
     is_result,
     result_tool_name,
     tool_names_by_call_id,
 )
-from proxy.context.stages.scope import Scope
 from proxy.policy.model import MaskingPolicy, Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "

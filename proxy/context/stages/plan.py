@@ -23,8 +23,8 @@ from proxy.context.stages.compact import (
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
 from proxy.context.stages.mask import trigger_tokens as mask_trigger
-from proxy.context.stages.messages import as_dicts, prefix_hash
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import as_dicts, prefix_hash
 from proxy.policy.model import Policy
 
 Action = Literal["forward", "summarize", "insufficient"]
@@ -110,11 +110,12 @@ def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None, poli
 
 def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | None = None,
          force: bool = False, pairs: Sequence[tuple[int, int]] | None = None,
-         verified: tuple[str, int] | None = None) -> Plan:
+         verified: tuple[str, int] | None = None, lasting: bool = True) -> Plan:
     """Plan one request (see the module docstring). ``force``: a manual compaction, which
     skips the trigger and the no-loop wait. ``pairs``: the per-message (tokens, content
     tokens) of ``messages`` when already counted; ``verified``: a (prefix hash, covered) known
-    to match ``messages``."""
+    to match ``messages``. ``lasting`` false: a compaction that would not last does not wait
+    (``plan_compaction``; a summary prepared early plans at a lowered trigger)."""
     if pairs is None:
         pairs = scope.counter.token_pairs(messages, scope.model)
     if prior is None and not force:
@@ -128,7 +129,8 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
          for i, o in enumerate(view.origin)]
     compaction_at = _compaction_at(view, scope, [t for t, _ in view_pairs])
     mask = mask_tool_outputs(view.messages, scope, view_pairs, compaction_at)
-    cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
+    cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens,
+                            lasting=lasting)
     before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
     action = _decide(view, cplan, force, scope)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from proxy.context.token_formula import REPLY_PRIMING
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
+from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.policy.model import Policy
 
 

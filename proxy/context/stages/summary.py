@@ -1,7 +1,7 @@
 """The summarizer's side of compaction: the prompt, the transcript, pieces and merging.
 
 Pure: this module builds the prompts; the calls are made at the service edge
-(``proxy.context.summarizer``). The input is the transcript of the messages being summarized
+(``proxy.context.summary.summarizer``). The input is the transcript of the messages being summarized
 (their original, unmasked text; an earlier summary among them is rendered as such and folded in).
 
 When the transcript does not fit the summary model's window (``summary_window`` minus the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.context.stages.messages import (
+from proxy.context.stages.shared import (
     is_result,
     is_summary,
     message_text,
@@ -23,7 +23,7 @@ from proxy.context.stages.messages import (
     summary_body,
     tool_names_by_call_id,
 )
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 
 Prompt = list[dict[str, Any]]
 

@@ -17,11 +17,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.context.adapters import Adapted, anthropic, responses
+from proxy.context.adapters import Adapted, anthropic
+from proxy.context.adapters import openai_responses as responses
 from proxy.context.stages.compact import apply_summary
 from proxy.context.stages.plan import plan
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy
 from proxy.testing import agent
 

@@ -26,12 +26,12 @@ from factories import (
 )
 
 from proxy.context.stages.compact import apply_summary, plan_compaction
-from proxy.context.stages.messages import SUMMARY_OPEN, is_summary
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.stages.plan import plan as plan_request
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import SUMMARY_OPEN, is_summary
 from proxy.context.stages.summary import SUMMARY_SECTIONS, SummaryFailed
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import CompactionPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"
@@ -70,7 +70,7 @@ def padded(base: Msgs, total: int, counter: TokenCounter, at: int = 2) -> Msgs:
     return msgs
 
 
-# --- the worked example (acceptance 2) ---------------------------------------------------------
+# --- the worked example --------------------------------------------------------------------
 
 
 async def test_worked_example_200k() -> None:
@@ -104,7 +104,7 @@ async def test_unknown_window_compacts_against_the_fallback() -> None:
                                   Scope(Policy(), None, counter, MODEL)) is None
 
 
-# --- the summary prompt and what the summarizer reads (acceptance 3) ----------------------------
+# --- the summary prompt and what the summarizer reads ----------------------------------------
 
 
 async def test_prompt_asks_for_every_section() -> None:

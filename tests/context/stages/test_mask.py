@@ -23,7 +23,7 @@ from factories import (
 from proxy.context.stages.mask import is_placeholder, mask_tool_outputs, placeholder
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"

@@ -10,7 +10,7 @@ from proxy.context.adapters.cleared import is_cleared
 from proxy.context.stages.mask import mask_tool_outputs, spill_id
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
 from proxy.testing import agent
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from proxy.context.stages.mask import MaskResult, is_placeholder, mask_tool_outputs
 from proxy.context.stages.plan import plan, sent_before
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
 from proxy.testing import agent
 

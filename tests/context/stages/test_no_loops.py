@@ -9,10 +9,10 @@ from typing import Any
 
 from factories import assistant, system, user, words
 
-from proxy.context.stages.messages import prefix_hash
 from proxy.context.stages.plan import apply_prior, plan
 from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.stages.shared import prefix_hash
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
 
 MODEL = "gpt-4o"

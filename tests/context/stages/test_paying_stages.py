@@ -13,7 +13,7 @@ from proxy.context.stages.compact import LASTING_CAP, plan_compaction
 from proxy.context.stages.plan import plan
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.summary import PREFIX_INSTRUCTION
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy
 from proxy.testing import agent
 

@@ -1,4 +1,4 @@
-"""Property tests: both stages over generated agent conversations (acceptance 1).
+"""Property tests: both stages over generated agent conversations.
 
 The generator mixes roles, parallel tool calls, pinned plan calls, protected blocks (by marker
 and by name), huge single outputs, earlier summaries and single-task sessions (one user message,
@@ -30,7 +30,9 @@ from hypothesis import strategies as st
 
 from proxy.context.stages.compact import apply_summary
 from proxy.context.stages.mask import is_placeholder, mask_tool_outputs
-from proxy.context.stages.messages import (
+from proxy.context.stages.ordering import ordering_problems
+from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import (
     called_tools,
     is_protected,
     is_result,
@@ -40,9 +42,7 @@ from proxy.context.stages.messages import (
     summary_body,
     tool_names_by_call_id,
 )
-from proxy.context.stages.ordering import ordering_problems
-from proxy.context.stages.scope import Scope
-from proxy.context.tokens import TokenCounter
+from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import CompactionPolicy, MaskingPolicy, Policy, ProtectedRule
 
 MODEL = "gpt-4o"

@@ -1,0 +1,48 @@
+-- The schema of a PostgreSQL database made by the released code's own migrations 001 to 011
+-- (their statements, as written), with its _migrations rows: upgrades start from it.
+
+CREATE TABLE _migrations (name text PRIMARY KEY, applied_at double precision);
+CREATE TABLE keys (id text PRIMARY KEY, key_hash text NOT NULL, org text NOT NULL, "user" text, kind text NOT NULL, created_at double precision NOT NULL, revoked_at double precision);
+CREATE UNIQUE INDEX idx_keys_key_hash ON keys (key_hash);
+CREATE TABLE meta (name text PRIMARY KEY, value bigint);
+INSERT INTO meta (name, value) VALUES ('keys_version', 0);
+INSERT INTO _migrations (name, applied_at) VALUES ('001_keys', 1700000000.0);
+CREATE TABLE policy_layers (org text, "user" text, fields text NOT NULL, updated_at double precision NOT NULL, PRIMARY KEY (org, "user"));
+INSERT INTO _migrations (name, applied_at) VALUES ('002_policy_layers', 1700000000.0);
+CREATE TABLE conversations (id text PRIMARY KEY, org text NOT NULL, created_at double precision NOT NULL, updated_at double precision, usage_prompt_tokens bigint, usage_estimate bigint, usage_messages bigint);
+CREATE TABLE compactions (id text PRIMARY KEY, conversation text NOT NULL, seq bigint NOT NULL, created_at double precision, kind text NOT NULL, text text, prefix_hash text NOT NULL, covered bigint NOT NULL, preserved text, summary text NOT NULL, summary_model text, summary_tokens bigint, tokens_before bigint, tokens_after bigint, status text);
+CREATE UNIQUE INDEX idx_compactions_conversation_seq ON compactions (conversation, seq);
+CREATE TABLE spills (conversation text, id text, tool_name text, tool_call_id text, content text NOT NULL, tokens bigint, created_at double precision, expires_at double precision NOT NULL, PRIMARY KEY (conversation, id));
+CREATE INDEX idx_spills_expires_at ON spills (expires_at);
+INSERT INTO _migrations (name, applied_at) VALUES ('003_conversations', 1700000000.0);
+ALTER TABLE conversations DROP COLUMN IF EXISTS usage_messages;
+ALTER TABLE compactions DROP COLUMN IF EXISTS text;
+INSERT INTO _migrations (name, applied_at) VALUES ('004_drop_unused_columns', 1700000000.0);
+CREATE TABLE usage_totals (conversation text, model text, requests bigint DEFAULT 0, prompt_tokens bigint DEFAULT 0, cached_tokens bigint DEFAULT 0, summary_calls bigint DEFAULT 0, summary_prompt_tokens bigint DEFAULT 0, summary_cached_tokens bigint DEFAULT 0, updated_at double precision, PRIMARY KEY (conversation, model));
+INSERT INTO _migrations (name, applied_at) VALUES ('005_usage_totals', 1700000000.0);
+ALTER TABLE compactions ADD COLUMN truncated bigint NOT NULL DEFAULT 0;
+INSERT INTO _migrations (name, applied_at) VALUES ('006_truncated_summaries', 1700000000.0);
+CREATE TABLE usage_hourly (org text NOT NULL, "user" text NOT NULL, hour bigint NOT NULL, requests bigint DEFAULT 0, tokens_received bigint DEFAULT 0, tokens_sent bigint DEFAULT 0, prompt_tokens bigint DEFAULT 0, cached_tokens bigint DEFAULT 0, outcome_auto bigint DEFAULT 0, outcome_manual bigint DEFAULT 0, outcome_reused bigint DEFAULT 0, outcome_failed bigint DEFAULT 0, outcome_insufficient bigint DEFAULT 0, PRIMARY KEY (org, "user", hour));
+CREATE INDEX usage_hourly_hour ON usage_hourly (hour);
+ALTER TABLE conversations ADD COLUMN public_id text;
+ALTER TABLE conversations ADD COLUMN last_tokens_before bigint;
+ALTER TABLE conversations ADD COLUMN last_tokens_after bigint;
+CREATE INDEX conversations_org_updated ON conversations (org, updated_at);
+INSERT INTO _migrations (name, applied_at) VALUES ('007_usage_hourly', 1700000000.0);
+CREATE TABLE leases (name text PRIMARY KEY, owner text NOT NULL, expires_at double precision NOT NULL);
+CREATE TABLE learned_windows (model text PRIMARY KEY, tokens bigint NOT NULL, learned_at double precision);
+INSERT INTO _migrations (name, applied_at) VALUES ('008_leases', 1700000000.0);
+CREATE TABLE console_signouts (nonce text PRIMARY KEY, expires_at double precision NOT NULL);
+CREATE INDEX idx_console_signouts_expires_at ON console_signouts (expires_at);
+INSERT INTO meta (name, value) VALUES ('signouts_version', 0);
+INSERT INTO _migrations (name, applied_at) VALUES ('009_console_signouts', 1700000000.0);
+ALTER TABLE usage_totals ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE usage_totals ADD COLUMN summary_cache_write_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE usage_hourly ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE usage_totals ADD COLUMN cost_spent_usd double precision NOT NULL DEFAULT 0;
+ALTER TABLE usage_totals ADD COLUMN cost_without_usd double precision NOT NULL DEFAULT 0;
+ALTER TABLE usage_hourly ADD COLUMN cost_spent_usd double precision NOT NULL DEFAULT 0;
+ALTER TABLE usage_hourly ADD COLUMN cost_without_usd double precision NOT NULL DEFAULT 0;
+INSERT INTO _migrations (name, applied_at) VALUES ('010_costs', 1700000000.0);
+CREATE TABLE prepared_summaries (conversation text PRIMARY KEY, prefix_hash text NOT NULL, covered bigint NOT NULL, preserved text NOT NULL, summary text NOT NULL, summary_model text, summary_tokens bigint, truncated bigint NOT NULL DEFAULT 0, created_at double precision);
+INSERT INTO _migrations (name, applied_at) VALUES ('011_prepared_summaries', 1700000000.0);

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from proxy.context.stages.scope import Scope
@@ -114,13 +115,27 @@ def fixed_tokens(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Se
     return scope.overhead() + sum(tokens[i] for g in kept for i in range(*bounds[g]))
 
 
-def expected_trigger(messages: Sequence[Mapping[str, Any]], scope: Scope,
-                     tokens: Sequence[int]) -> int:
-    """The trigger a compaction of ``messages`` would use (``lasting_trigger`` of its fixed
-    part): what masking weighs a step against."""
-    cp = scope.policy.compaction
-    summary_max = min(int(cp.summary_ratio * scope.compaction_window), cp.summary_max_tokens)
-    return lasting_trigger(scope, fixed_tokens(messages, scope, tokens), summary_max)
+class CompactionPoint:
+    """Where a compaction of a list would run: over ``lasting_trigger`` of its fixed part, what
+    masking weighs a step against (``tokens`` aligns with ``messages``). The fixed part takes a
+    pass over the list, so ``exceeded`` first compares with the trigger ratio's figure, which
+    the lasting trigger is never under, and makes the pass only above it (once)."""
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], scope: Scope,
+                 tokens: Sequence[int]) -> None:
+        self.messages, self.scope, self.tokens = messages, scope, tokens
+
+    def exceeded(self, n: float) -> bool:
+        """Whether a list of ``n`` tokens would be over the trigger."""
+        return n > trigger_tokens(self.scope) and n > self.trigger
+
+    @cached_property
+    def trigger(self) -> int:
+        cp = self.scope.policy.compaction
+        w = self.scope.compaction_window
+        summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
+        return lasting_trigger(self.scope, fixed_tokens(self.messages, self.scope, self.tokens),
+                               summary_max)
 
 
 def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:

@@ -37,6 +37,7 @@ from itertools import accumulate
 from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
+from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
@@ -169,7 +170,7 @@ def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
 
 def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Sequence[int],
                 results: Sequence[_Result], overhead: int,
-                compaction_at: float | None) -> tuple[int, int]:
+                compaction_at: CompactionPoint | None) -> tuple[int, int]:
     """(results masked at the previous request point, results masked now): the masked set is
     the maskable ones among the first that many results."""
     mp, window = scope.policy.masking, scope.window or 0
@@ -205,7 +206,7 @@ def _step_floor(mp: MaskingPolicy, window: int, growth: float) -> float:
 
 
 def _compaction_near(mp: MaskingPolicy, window: int, sent: int, growth: float,
-                     compaction_at: float | None) -> bool:
+                     compaction_at: CompactionPoint | None) -> bool:
     """Whether a step waits for compaction: the list as sent (``sent`` tokens) would reach
     compaction's trigger (``compaction_at``; ``None``: compaction will not do the work) within
     ``compaction_turns`` turns of ``growth``. Compaction, which clears more than a step, comes
@@ -213,17 +214,17 @@ def _compaction_near(mp: MaskingPolicy, window: int, sent: int, growth: float,
     summary would also have to be sent the masked originals uncached. A list over the window
     steps regardless (compaction failed to bring it down)."""
     return compaction_at is not None and sent <= window and \
-        sent + mp.compaction_turns * growth > compaction_at
+        compaction_at.exceeded(sent + mp.compaction_turns * growth)
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
                       pairs: Sequence[tuple[int, int]] | None = None,
-                      compaction_at: float | None = None) -> MaskResult:
+                      compaction_at: CompactionPoint | None = None) -> MaskResult:
     """Apply SPEC section 4 to ``messages`` (never mutated); see the module docstring.
 
     ``pairs`` may pass the per-message (tokens, content tokens) already counted.
-    ``compaction_at``: the tokens over which compaction will run for this list (``None``: it
-    will not do the work), which a step near it leaves the work to."""
+    ``compaction_at``: where compaction will run for this list (``None``: it will not do the
+    work), which a step near it leaves the work to."""
     policy, window, counter, model = scope.policy, scope.window, scope.counter, scope.model
     if pairs is None:
         pairs = counter.token_pairs(messages, model)

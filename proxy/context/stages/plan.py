@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from proxy.context.stages.compact import (
     CompactionPlan,
-    expected_trigger,
+    CompactionPoint,
     plan_compaction,
     summary_message,
 )
@@ -75,7 +75,7 @@ class Plan:
     previous: int = 0  # messages the previous request point sent (the list before the last
     # assistant message): what a provider's prompt cache may still hold
     kept: int = 0  # tokens at the start (tools, then messages) that request sent the same
-    compaction_at: int | None = None  # what masking weighed its steps against
+    compaction_at: CompactionPoint | None = None  # what masking weighed its steps against
 
     @property
     def tokens_after_mask(self) -> int:
@@ -148,14 +148,14 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
                 compaction_at)
 
 
-def _compaction_at(view: View, scope: Scope, tokens: Sequence[int]) -> int | None:
-    """The tokens over which compaction runs for the view, for masking to weigh a step
-    against; ``None`` when compaction will not do the work: disabled, or its last summary
-    could not get the list under the trigger."""
+def _compaction_at(view: View, scope: Scope, tokens: Sequence[int]) -> CompactionPoint | None:
+    """Where compaction runs for the view, for masking to weigh a step against; ``None`` when
+    compaction will not do the work: disabled, or its last summary could not get the list
+    under the trigger."""
     if not scope.policy.compaction.enabled or (view.prior is not None and
                                                view.prior.status == "insufficient"):
         return None
-    return expected_trigger(view.messages, scope, tokens)
+    return CompactionPoint(view.messages, scope, tokens)
 
 
 def _untouched(messages: Sequence[Mapping[str, Any]], scope: Scope,

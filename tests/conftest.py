@@ -17,6 +17,7 @@ from pgtest import fresh_schema, on_postgres
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.harness import Harness
+from proxy.upstream.client import Upstream
 
 # hypothesis is imported here, at collection, rather than by its plugin at the end of a session
 # that ran no property test: that late import parses source while litellm's worker threads may
@@ -57,6 +58,25 @@ def store_target(tmp_path: Path, database_url: str | None) -> Callable[[str], Pa
     """``store_target(name)``: where a test's own ``Store`` lives: ``tmp_path / name`` on
     SQLite, this test's schema on PostgreSQL (one schema: every name is the same store)."""
     return lambda name: database_url or tmp_path / name
+
+
+@pytest.fixture
+def two_stores(store_target: Callable[[str], Path | str]) -> Iterator[tuple[Store, Store]]:
+    """Two ``Store`` objects on one target: two processes sharing a store."""
+    a, b = Store(store_target("shared.db")), Store(store_target("shared.db"))
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture
+async def upstream_client() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
+    """A started fake upstream and the proxy's ``Upstream`` client of it (no proxy)."""
+    fake = FakeUpstream()
+    up = Upstream(await fake.start(), None, 5.0)
+    yield fake, up
+    await up.close()
+    await fake.stop()
 
 
 @pytest.fixture

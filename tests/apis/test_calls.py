@@ -4,8 +4,6 @@ against the fake upstream (an answer not in the API's shape fails as ``ApiCallFa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from multidict import CIMultiDict
 
@@ -42,18 +40,9 @@ def test_api_headers_join_repeated_versions_and_betas() -> None:
     assert api_headers({"OpenAI-Beta": "responses=v1"}) == {"openai-beta": "responses=v1"}
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    up = Upstream(await fake.start(), None, 5.0)
-    yield fake, up
-    await up.close()
-    await fake.stop()
-
-
-async def test_a_summary_call_in_the_messages_api(upstream: tuple[FakeUpstream, Upstream]
+async def test_a_summary_call_in_the_messages_api(upstream_client: tuple[FakeUpstream, Upstream]
                                                   ) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     payload = {"model": "claude-x", "max_tokens": 64,
                "messages": [{"role": "user", "content": "summarize CODE-7"}]}
     answer = await call(up, messages.API, "sk-ant", payload, {"X-Context-Proxy-Org": "acme"})
@@ -63,9 +52,9 @@ async def test_a_summary_call_in_the_messages_api(upstream: tuple[FakeUpstream, 
     assert sent.headers["X-Context-Proxy-Org"] == "acme" and sent.json["stream"] is False
 
 
-async def test_an_answer_not_in_the_apis_shape_fails(upstream: tuple[FakeUpstream, Upstream]
+async def test_an_answer_not_in_the_apis_shape_fails(upstream_client: tuple[FakeUpstream, Upstream]
                                                      ) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     fake.faults.append(Fault(status=200, body={"not": "a message"}, path="/v1/messages"))
     payload = {"model": "claude-x", "max_tokens": 64,
                "messages": [{"role": "user", "content": "hi"}]}

@@ -48,10 +48,12 @@ class Script:
         return self.next
 
 
-def play(make_harness: Any, sdk: Any, tmp_path: Path, prepare_ratio: float, turns: int = 40
-         ) -> tuple[Harness, list[dict[str, str]]]:
-    """Play the session; the headers of every turn."""
-    fake, script = slow_fake(), Script()
+def play(make_harness: Any, sdk: Any, tmp_path: Path, prepare_ratio: float, turns: int = 40,
+         fake: FakeUpstream | None = None, conversation: str = "long",
+         settle_each: bool = False) -> tuple[Harness, list[dict[str, str]]]:
+    """Play the session (against ``fake``, else the slow one); the headers of every turn.
+    ``settle_each``: each turn waits until the preparations it started have landed."""
+    fake, script = fake or slow_fake(), Script()
     fake.responder = script.respond
     h = make_harness(fake=fake, env=policies(tmp_path, prepare_ratio))
     client = sdk(h, h.create_key())
@@ -61,9 +63,11 @@ def play(make_harness: Any, sdk: Any, tmp_path: Path, prepare_ratio: float, turn
         script.next = assistant
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
-            extra_headers={"X-Conversation-Id": "long"})
+            extra_headers={"X-Conversation-Id": conversation})
         seen.append(dict(raw.headers))
         messages = [*messages, assistant, *results]
+        if settle_each:
+            h.settle()
     h.settle()
     return h, seen
 
@@ -108,20 +112,9 @@ def test_a_long_session_never_waits_for_a_summary(make_harness, sdk, tmp_path: P
 def test_a_ready_summary_is_applied_at_the_last_turn_under_the_trigger(
         make_harness, sdk, tmp_path: Path) -> None:
     # Summaries ready by the next turn (no delays; each turn waits for the preparations).
-    fake, script = FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True), Script()
-    fake.responder = script.respond
-    h = make_harness(fake=fake, env=policies(tmp_path, 0.6))
-    client = sdk(h, h.create_key())
-    messages = agent.opening_messages(SPEC)
-    seen = []
-    for assistant, results in agent.turns(SPEC, 30):
-        script.next = assistant
-        raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
-            extra_headers={"X-Conversation-Id": "ready"})
-        seen.append(dict(raw.headers))
-        messages = [*messages, assistant, *results]
-        h.settle()
+    fake = FakeUpstream(models={MODEL: WINDOW}, enforce_windows=True)
+    _, seen = play(make_harness, sdk, tmp_path, 0.6, turns=30, fake=fake, conversation="ready",
+                   settle_each=True)
     before = [int(s["x-context-tokens-before"]) for s in seen]
     after = [int(s["x-context-tokens-after"]) for s in seen]
     outcomes = [s["x-context-compaction"] for s in seen]
@@ -162,21 +155,9 @@ def test_a_failed_preparation_fails_open(make_harness, sdk, tmp_path: Path) -> N
     fake = slow_fake()
     fake.summary_delay_s = 0.0
     fake.faults.insert(0, Fault(status=500, match=is_summary_request, times=1))
-    script = Script()
-    fake.responder = script.respond
-    h = make_harness(fake=fake, env=policies(tmp_path, 0.6))
-    client = sdk(h, h.create_key())
-    messages = agent.opening_messages(SPEC)
-    seen = []
-    for assistant, results in agent.turns(SPEC, 16):
-        script.next = assistant
-        raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=messages, tools=agent.TOOLS,  # type: ignore[arg-type]
-            extra_headers={"X-Conversation-Id": "flaky"})
-        assert raw.status_code == 200
-        seen.append(raw.headers["X-Context-Compaction"])
-        messages = [*messages, assistant, *results]
-        h.settle()
+    h, headers = play(make_harness, sdk, tmp_path, 0.6, turns=16, fake=fake,
+                      conversation="flaky", settle_each=True)
+    seen = [s["x-context-compaction"] for s in headers]
     assert h.metric("context_proxy_summaries_prepared_total", outcome="failed") == 1
     assert "failed" not in seen  # no request saw the preparation's failure
     assert "auto" in seen  # a later preparation was made and applied

@@ -4,24 +4,11 @@ target stand for two processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
-
 from proxy.store import Store, leases
 
 
-@pytest.fixture
-def two(store_target: Callable[[str], Path | str]) -> Iterator[tuple[Store, Store]]:
-    a, b = Store(store_target("shared.db")), Store(store_target("shared.db"))
-    yield a, b
-    a.close()
-    b.close()
-
-
-def test_one_holder_at_a_time_until_it_releases(two: tuple[Store, Store]) -> None:
-    a, b = two
+def test_one_holder_at_a_time_until_it_releases(two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
     assert a.atomic(leases.claim, "compaction c1 h1", 30, "replica-a")
     assert not b.atomic(leases.claim, "compaction c1 h1", 30, "replica-b")
     assert b.atomic(leases.claim, "compaction c1 h2", 30, "replica-b")  # another prefix
@@ -36,8 +23,8 @@ def test_one_holder_at_a_time_until_it_releases(two: tuple[Store, Store]) -> Non
     assert b.atomic(leases.claim, "compaction c1 h1", 30, "replica-b")
 
 
-def test_a_dead_holders_lease_runs_out_and_can_be_taken(two: tuple[Store, Store]) -> None:
-    a, b = two
+def test_a_dead_holders_lease_runs_out_and_can_be_taken(two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
     assert a.atomic(leases.claim, "compaction c1 h1", 0, "dead-replica")  # already run out
     assert not leases.held(b, "compaction c1 h1")
     assert b.atomic(leases.claim, "compaction c1 h1", 30, "replica-b")
@@ -47,9 +34,9 @@ def test_a_dead_holders_lease_runs_out_and_can_be_taken(two: tuple[Store, Store]
     assert a.atomic(leases.purge_expired) == 1
 
 
-async def test_a_background_job_runs_on_one_replica_per_period(two: tuple[Store, Store]
+async def test_a_background_job_runs_on_one_replica_per_period(two_stores: tuple[Store, Store]
                                                                ) -> None:
-    a, b = two
+    a, b = two_stores
     assert await leases.run_once(a, "spill-purge", 3600, "replica-a")
     assert not await leases.run_once(b, "spill-purge", 3600, "replica-b")
     assert await leases.run_once(b, "other-job", 3600, "replica-b")  # each job its own lease

@@ -1,6 +1,6 @@
-"""The proxy's own time on a request (``proxy.context.accounting.overhead``): from arrival to the
-first send, without the time waited on summary calls; the request's stopwatch reached through the
-context it runs in."""
+"""The proxy's own time on a request (``proxy.context.accounting.overhead``): from arrival to
+the answer, less the waits on the upstream (from the body's last byte out to the answer in) and
+on summary calls; the request's stopwatch reached through the context it runs in."""
 
 from __future__ import annotations
 
@@ -10,14 +10,31 @@ import time
 from proxy.context.accounting import overhead
 
 
-def test_own_time_leaves_out_what_was_excluded_and_counts_to_the_first_send() -> None:
+def test_own_time_leaves_out_what_was_excluded_and_is_never_negative() -> None:
     watch = overhead.Stopwatch(arrived=100.0)
     watch.excluded = 2.0
-    assert watch.own_since_arrival(105.0) == 3.0
-    assert watch.own_since_arrival(99.0) == 0.0  # never negative
-    assert watch.sent(106.0) == 4.0
-    assert watch.sent(110.0) == 4.0  # a retry's time is the upstream's
+    assert watch.own(105.0) == 3.0
+    assert watch.own(99.0) == 0.0
     assert overhead.milliseconds(0.0123456) == "12.35"
+
+
+def test_the_upstream_wait_counts_from_the_bodys_last_byte_or_the_call() -> None:
+    watch = overhead.begin()
+    body = overhead.SentBody(b"{}")
+    body.sent_at = time.perf_counter() - 0.5  # its last byte went out half a second ago
+    overhead.waited(time.perf_counter() - 2.0, body)
+    assert 0.5 <= watch.excluded < 1.0  # from the last byte out, not from the call
+    overhead.waited(time.perf_counter() - 0.25)  # a body never sent: from the call
+    assert 0.75 <= watch.excluded < 1.5
+
+
+def test_the_first_stamp_is_booked_once() -> None:
+    overhead.begin()
+    booked: list[float] = []
+    first = overhead.stamp(booked.append)
+    overhead.stamp(booked.append)  # a second answer's headers (a retry's): not booked again
+    assert len(booked) == 1 and float(first) >= 0.0
+    assert overhead.current().stamped == booked[0]
 
 
 async def test_each_request_has_its_own_stopwatch_and_excluded_waits() -> None:

@@ -5,11 +5,6 @@ target stand for two processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
-
 from proxy.context.records.learned import LearnedWindows
 from proxy.context.tokens.window import WindowResolver
 from proxy.policy.model import Policy
@@ -17,16 +12,9 @@ from proxy.store import Store
 from proxy.store.health import StoreHealth
 
 
-@pytest.fixture
-def two(store_target: Callable[[str], Path | str]) -> Iterator[tuple[Store, Store]]:
-    a, b = Store(store_target("shared.db")), Store(store_target("shared.db"))
-    yield a, b
-    a.close()
-    b.close()
-
-
-async def test_a_limit_learned_by_one_process_caps_the_others(two: tuple[Store, Store]) -> None:
-    a, b = two
+async def test_a_limit_learned_by_one_process_caps_the_others(
+        two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
     policy = Policy(models={"my-llama": 32_768})
     mine = WindowResolver(None, litellm_lookup=None, shared=LearnedWindows(a))
     theirs = WindowResolver(None, litellm_lookup=None, shared=LearnedWindows(b, refresh_s=0))
@@ -39,8 +27,8 @@ async def test_a_limit_learned_by_one_process_caps_the_others(two: tuple[Store, 
     assert a.read_one("SELECT tokens FROM learned_windows WHERE model = 'my-llama'")[0] == 12_000
 
 
-async def test_a_stored_limit_counts_for_its_ttl_only(two: tuple[Store, Store]) -> None:
-    a, b = two
+async def test_a_stored_limit_counts_for_its_ttl_only(two_stores: tuple[Store, Store]) -> None:
+    a, b = two_stores
     await LearnedWindows(a).save("my-llama", 8_000)
     assert await LearnedWindows(b, refresh_s=0).get("my-llama") == 8_000
     assert await LearnedWindows(b, refresh_s=0, ttl_s=0).get("my-llama") is None
@@ -52,8 +40,9 @@ def unreachable() -> None:
     raise ConnectionError("the database does not answer")
 
 
-async def test_while_the_store_is_away_the_last_read_stands(two: tuple[Store, Store]) -> None:
-    a, _ = two
+async def test_while_the_store_is_away_the_last_read_stands(
+        two_stores: tuple[Store, Store]) -> None:
+    a, _ = two_stores
     learned = LearnedWindows(a, refresh_s=0)
     await learned.save("my-llama", 9_000)
     assert await learned.get("my-llama") == 9_000

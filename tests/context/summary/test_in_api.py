@@ -4,7 +4,6 @@ riding it), and a tool call, an empty answer, an error or a timeout fails as ``S
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -22,15 +21,6 @@ BODY = {"model": "claude-x", "max_tokens": 64, "system": "Be terse.",
 WHO = Principal("acme", None, "key_1", "sk-ant")
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, Upstream]]:
-    fake = FakeUpstream()
-    up = Upstream(await fake.start(), None, 5.0)
-    yield fake, up
-    await up.close()
-    await fake.stop()
-
-
 def adapted() -> Adapted:
     return replace(anthropic.read(BODY), headers={"anthropic-beta": "b1"})
 
@@ -43,9 +33,9 @@ def test_the_payload_is_the_apis_summary_body() -> None:
     assert "tools" not in payload(a, "claude-x", ask, 100, False)
 
 
-async def test_a_summary_call_speaks_like_the_client(upstream: tuple[FakeUpstream, Upstream]
+async def test_a_summary_call_speaks_like_the_client(upstream_client: tuple[FakeUpstream, Upstream]
                                                      ) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     make = api_summarizers({"messages": up}, lambda p: {"X-Context-Proxy-Org": p.org})
     summarize = make(WHO, "claude-x", 5.0, adapted())
     answer = await summarize([{"role": "user", "content": "Summarize CODE-12."}], 100)
@@ -66,9 +56,9 @@ async def test_a_summary_call_speaks_like_the_client(upstream: tuple[FakeUpstrea
         "type": "message", "content": [{"type": "text", "text": "  "}],
         "stop_reason": "end_turn", "usage": {}}), "no text"),
     (Fault(status=200, path="/v1/messages", delay_s=0.5), "timed out")])
-async def test_a_call_that_makes_no_summary_fails(upstream: tuple[FakeUpstream, Upstream],
+async def test_a_call_that_makes_no_summary_fails(upstream_client: tuple[FakeUpstream, Upstream],
                                                   fault: Fault, says: str) -> None:
-    fake, up = upstream
+    fake, up = upstream_client
     fake.faults.append(fault)
     summarize = api_summarizers({"messages": up})(WHO, "claude-x", 0.2, adapted())
     with pytest.raises(SummaryFailed, match=says):

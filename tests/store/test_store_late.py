@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from pgtest import fresh_schema
 
-from proxy.store import Store, StoreUnavailable, begin_request, hash_key
+from proxy.store import Store, StoreUnavailable, begin_request
 from proxy.store.health import PROBE_EVERY_S, PROBES, VERDICT_S, StoreHealth
+from proxy.store.keys import hash_key
 from proxy.store.postgres import connect
 
 DEADLINE_S = 0.2  # the store's deadline in these tests: a blocking call outlives it at will
@@ -48,7 +49,7 @@ async def settle(health: StoreHealth) -> None:
 
 async def test_a_slow_call_on_a_live_store_leaves_it_up_and_unseen_keys_are_looked_up(
         store: Store) -> None:
-    _, key = store.create_key("acme")
+    _, key = store.keys.create("acme")
     with pytest.raises(StoreUnavailable) as late:
         await store.run(blocking(DEADLINE_S * 3))
     assert late.value.late
@@ -56,7 +57,7 @@ async def test_a_slow_call_on_a_live_store_leaves_it_up_and_unseen_keys_are_look
     # The probe answered: one slow query is not an outage.
     assert store.up and store.health.outages == 0 and store.health.verdicts == 1
     begin_request()  # another request: it finds the key in the store as usual
-    record = await store.run(store.find_key, hash_key(key))
+    record = await store.run(store.keys.find, hash_key(key))
     assert record is not None and record.org == "acme"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from factories import synchronous_policies
+from factories import SEED_STEPS_YAML, synchronous_policies
 
 from proxy.context.adapters.anthropic import read
 from proxy.testing import agent
@@ -50,7 +50,10 @@ def results_message(results: list[dict[str, Any]]) -> dict[str, Any]:
 def session(make_harness: Callable[..., Harness], tmp_path: Path) -> tuple[Harness, Script]:
     script = Script()
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
-    return make_harness(fake=fake, env=synchronous_policies(tmp_path / "policies")), script
+    # The seed's steps: the session shows masking and compaction in this API's shapes, not
+    # when a step pays for itself.
+    env = synchronous_policies(tmp_path / "policies", f"defaults:\n  {SEED_STEPS_YAML}\n")
+    return make_harness(fake=fake, env=env), script
 
 
 def client_for(h: Harness) -> anthropic.Anthropic:

@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from factories import synchronous_policies
+from factories import SEED_STEPS_YAML, synchronous_policies
 
 from proxy.context.adapters.openai_responses import read
 from proxy.testing import agent
@@ -38,7 +38,9 @@ def session(make_harness: Callable[..., Harness], tmp_path: Path) -> tuple[Harne
     script = Script()
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
                                           stream_chunks=3),
-                        env=synchronous_policies(tmp_path / "policies")), script
+                        # the seed's steps: both stages in this API's shapes
+                        env=synchronous_policies(tmp_path / "policies",
+                                                 f"defaults:\n  {SEED_STEPS_YAML}\n")), script
 
 
 def reasoning(turn: int) -> dict[str, Any]:

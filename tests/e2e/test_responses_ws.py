@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from factories import synchronous_policies
+from factories import SEED_STEPS_YAML, synchronous_policies
 
 from proxy.testing import agent
 from proxy.testing.fake.fake_apis import RESPONSES
@@ -41,7 +41,9 @@ class Script:
 def start(make_harness: Callable[..., Harness], script: Script, **settings: Any) -> Harness:
     # Summaries made at the trigger, not prepared: the socket and HTTP runs compare bodies,
     # and a preparation's timing would decide which turn applies it.
-    env = synchronous_policies(Path(tempfile.mkdtemp()) / "policies")
+    # And the seed's masking steps: the session shows both stages over the socket.
+    env = synchronous_policies(Path(tempfile.mkdtemp()) / "policies",
+                               f"defaults:\n  {SEED_STEPS_YAML}\n")
     return make_harness(fake=FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
                                           stream_chunks=3), env=env, **settings)
 

@@ -8,7 +8,8 @@ session it prints the upstream prompt tokens (main and summary calls), the cache
 their share, the prefix rewrites (``context_proxy_prefix_rewrites_total``), the summary calls
 and their cached share, and the cache-adjusted cost at cached prices of 0.1, 0.25 and 0.5 of
 the input price, as a ratio to the client's own pass-through cost (``proxy.testing.cost``):
-over the whole session, and over the turns where pass-through still fits the window.
+over the whole session, and over the turns where pass-through still fits the window; and the
+session's cost where the provider bills cache writes at 1.25x input (cached at 0.1).
 
     .venv/bin/python bench/session_cost.py            # all six sessions, a few minutes
     .venv/bin/python bench/session_cost.py --only 150x128k
@@ -36,11 +37,12 @@ if str(ROOT) not in sys.path:
 from proxy.policy.model import validate_layer  # noqa: E402
 from proxy.policy.platform import PlatformConfig  # noqa: E402
 from proxy.testing import agent  # noqa: E402
-from proxy.testing.cost import Call, cached_share, cost, passthrough  # noqa: E402
+from proxy.testing.cost import Call, cached_share, cost, passthrough, priced  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_request  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
 
 PRICES = (0.1, 0.25, 0.5)
+WRITE = 1.25  # a cache write's price, where the provider bills them (OpenAI's newest, Anthropic)
 SPEC = agent.AgentSpec(seed=11, output_tokens=(1200, 4200), thought_words=(10, 40))
 """A coding agent: a line of text and a tool call per turn, tool outputs of about 1-4k tokens
 (median 2.4k; parallel calls split one draw), so that pass-through outgrows a 128k window after
@@ -90,7 +92,8 @@ def _calls(fake: FakeUpstream, start: int) -> list[Call]:
         if rec.path == "/v1/chat/completions" and rec.usage is not None:
             details = rec.usage.get("prompt_tokens_details") or {}
             out.append(Call(int(rec.usage["prompt_tokens"]), int(details.get("cached_tokens", 0)),
-                            summary=is_summary_request(rec.json)))
+                            summary=is_summary_request(rec.json),
+                            written_tokens=int(details.get("cache_write_tokens", 0))))
     return out
 
 
@@ -132,10 +135,16 @@ def _ratios(calls: Sequence[Call], base: Sequence[Call]) -> str:
     return " ".join(f"{cost(calls, p) / cost(base, p):5.2f}" for p in PRICES)
 
 
+def _written(calls: Sequence[Call], base: Sequence[Call]) -> str:
+    """The session's cost over pass-through with reads at 0.1 and the cache writes the
+    upstream reports at ``WRITE`` x input (``proxy.testing.cost.priced``)."""
+    return f"{priced(calls, PRICES[0], WRITE) / priced(base, PRICES[0], WRITE):5.2f}"
+
+
 def report(results: Sequence[Played]) -> None:
     print(f"{'session':<9} {'steps':<5} {'upstream':>10} {'cached':>10} {'share':>6} "
           f"{'rewr':>5} {'summ':>5} {'s.share':>7} {'cost/pass (0.1 0.25 0.5)':>24} "
-          f"{'fits: cost/pass':>19} {'up/client':>9} {'secs':>5}")
+          f"{'fits: cost/pass':>19} {'w1.25':>5} {'up/client':>9} {'secs':>5}")
     for r in results:
         base = passthrough(r.client)
         fits_base = [c for c, p in zip(base, r.client, strict=True) if p <= r.session.window]
@@ -146,12 +155,14 @@ def report(results: Sequence[Played]) -> None:
               f"{sum(r.rewrites.values()):>5.0f} {len(summaries):>5} "
               f"{cached_share(summaries) if summaries else 0.0:>7.3f} "
               f"{_ratios(r.calls, base):>24} {_ratios(r.fits, fits_base):>19} "
+              f"{_written(r.calls, base)} "
               f"{upstream / sum(r.client):>9.3f} {r.seconds:>5.0f}")
     print("\ncost/pass: cache-adjusted cost through the proxy over the client's own pass-through "
           "(each turn cached up to the previous one, window infinite), at cached prices of 0.1, "
           "0.25 and 0.5 of input; fits: the same over the turns where pass-through fits the "
-          "window; rewr: prefix rewrites (mask + compact); summ: summary calls; up/client: "
-          "upstream prompt tokens over the client's.")
+          "window; w1.25: the session's cost over pass-through with cached tokens at 0.1 and "
+          "the cache writes the upstream reports at 1.25x input; rewr: prefix rewrites (mask + "
+          "compact); summ: summary calls; up/client: upstream prompt tokens over the client's.")
 
 
 def _setting(item: str) -> tuple[str, Any]:
@@ -177,18 +188,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(the value read as JSON, else as text; repeatable)")
     p.add_argument("--matrix", action="store_true",
                    help="play the session-cost matrix (bench/session_matrix.py); --only then "
-                        "names cells, e.g. 32k/mid/s11")
+                        "names cells or patterns, e.g. 32k/mid/s11 or '200k/*', and --policy "
+                        "fields join the default policy's column")
     p.add_argument("--workers", type=int, default=2, help="processes for --matrix")
     args = p.parse_args(argv)
-    if args.matrix:
-        from bench import session_matrix
-
-        return session_matrix.main(args.workers, args.only or ())
     try:
         policy = dict(_setting(item) for item in args.policy)
         validate_layer(policy)
     except ValueError as e:
         p.error(str(e))
+    if args.matrix:
+        from bench import session_matrix
+
+        return session_matrix.main(args.workers, args.only or (), policy)
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]

@@ -16,10 +16,11 @@ from aiohttp import web
 from proxy import console
 from proxy.auth import DEFAULT_ORG, Authenticator
 from proxy.context.checked import CheckedLists
-from proxy.context.managed import ContextService, upstream_summarizers
+from proxy.context.managed import ContextService
 from proxy.context.records.compactions import Records
 from proxy.context.records.learned import LearnedWindows
 from proxy.context.summary.in_api import api_summarizers
+from proxy.context.summary.summarizer import upstream_summarizers
 from proxy.context.tokens.counter import TokenCounter
 from proxy.context.tokens.window import WindowResolver
 from proxy.http import admin, apis, chat, conversations, ops, passthrough, rerank

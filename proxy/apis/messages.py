@@ -7,7 +7,8 @@ at the Anthropic-compatible upstream (``CONTEXT_PROXY_ANTHROPIC_URL``):
 - the key as ``x-api-key``, ``anthropic-version`` set when the client sent none, betas passed;
 - usage: ``input_tokens`` leaves out the cache reads and writes, which are added back;
 - summary calls in this API that repeat ``tools``, ``tool_choice`` and ``thinking`` when they
-  ride the cached prefix (a change of any invalidates Anthropic's cache of the messages).
+  ride the cached prefix (a change of any invalidates Anthropic's cache of the messages), with
+  a ``cache_control`` marker at the end of the covered range when the client marks messages.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
 _CACHE_READ = re.compile(rb'"cache_read_input_tokens"\s*:\s*([0-9]+)')
 _CACHE_WRITE = re.compile(rb'"cache_creation_input_tokens"\s*:\s*([0-9]+)')
 _OUTPUT = re.compile(rb'"output_tokens"\s*:\s*([0-9]+)')
+MAX_MARKERS = 4  # cache_control blocks Anthropic accepts in one request
 
 
 def usage(data: bytes) -> UpstreamUsage:
@@ -65,7 +67,49 @@ def summary_body(adapted: Adapted, model: str, messages: Prompt, max_tokens: int
     doc["max_tokens"] = max_tokens + _thinking_budget(doc.get("thinking"))
     if "thinking" not in doc:  # thinking takes only the default temperature
         doc["temperature"] = 0
+    if cached:
+        _mark_prefix_end(doc, adapted.body, _added(adapted, messages))
     return doc
+
+
+def _added(adapted: Adapted, messages: Prompt) -> int:
+    """How many of the prompt's last messages are the summary call's own (the originals'
+    notes, the instruction): user messages the request did not hold, after the covered range
+    (whose masked results are copies too, but tool messages)."""
+    known = {id(m) for m in adapted.messages}
+    n = 0
+    while n < len(messages) and id(messages[-1 - n]) not in known and \
+            messages[-1 - n].get("role") == "user":
+        n += 1
+    return n
+
+
+def _markers(value: Any) -> int:
+    """``cache_control`` markers in a block list (tool results' nested content included)."""
+    return sum(bool(b.get("cache_control")) + _markers(b.get("content"))
+               for b in value if isinstance(b, dict)) if isinstance(value, list) else 0
+
+
+def _mark_prefix_end(doc: dict[str, Any], body: Mapping[str, Any], added: int) -> None:
+    """A summary call riding the cached prefix sends the covered range, which ends before the
+    client's newest messages and so before its last ``cache_control`` marker; Anthropic reads
+    its cache only at a marker (looking back from it), so the range's last block gets one, as
+    the client marked it when that message was its newest, when the client marks messages and
+    the API's four markers allow it. ``added``: the messages after the range (the summary's
+    own)."""
+    msgs = doc["messages"]
+    if added >= len(msgs) or not any(_markers(m.get("content")) for m in body["messages"]
+                                     if isinstance(m, dict)):
+        return
+    used = _markers(doc.get("system")) + _markers(doc.get("tools")) + \
+        sum(_markers(m.get("content")) for m in msgs)
+    end = msgs[-1 - added]
+    content = end.get("content")
+    if used >= MAX_MARKERS or not isinstance(content, list) or not content or \
+            not isinstance(content[-1], dict) or content[-1].get("cache_control"):
+        return
+    msgs[-1 - added] = {**end, "content": [*content[:-1], {
+        **content[-1], "cache_control": {"type": "ephemeral"}}]}
 
 
 def _thinking_budget(thinking: Any) -> int:

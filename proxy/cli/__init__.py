@@ -53,6 +53,7 @@ def _serve(settings: Settings) -> int:
 
     from proxy.app import create_app
     from proxy.http.access import ACCESS_LOGGER, AccessLog
+    from proxy.http.encoding import SERVER_OPTIONS
 
     app = create_app(settings)
     from proxy.cli import shutdown_log, upstream_check
@@ -66,7 +67,8 @@ def _serve(settings: Settings) -> int:
     # run_app calls ``print`` once its sites are up: the moment to say where the proxy listens.
     web.run_app(app, sock=sock, access_log=logging.getLogger(ACCESS_LOGGER),
                 access_log_class=AccessLog, print=lambda _: log.info("%s", line),
-                shutdown_timeout=settings.shutdown_grace_s, handle_signals=True)
+                shutdown_timeout=settings.shutdown_grace_s, handle_signals=True,
+                **SERVER_OPTIONS)
     return 0
 
 

@@ -53,14 +53,17 @@ class CheckedLists:
     A request that shares leading messages with one of them (a client resending its history,
     or changing only its last message) has only the rest checked: the shared ones passed
     before, and the ordering check starts afresh after the last shared message at which no
-    call was open (``restart_point``). Knowing what repeats costs a comparison in C. Bounded by
-    the bodies' total size."""
+    call was open (``restart_point``). Knowing what repeats costs a comparison in C, and for a
+    body byte for byte the same as the one the list came from (a retry), a comparison of the
+    bytes. Bounded by the bodies' total size."""
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024, max_lists: int = 20_000) -> None:
-        self._lists: Recent[tuple[str, ...], list[Any]] = Recent(max_bytes, max_lists)
+        self._lists: Recent[tuple[str, ...], tuple[list[Any], bytes]] = Recent(max_bytes,
+                                                                             max_lists)
 
     @staticmethod
-    def _key(messages: list[Any]) -> tuple[str, ...] | None:
+    def key(messages: list[Any]) -> tuple[str, ...] | None:
+        """What names a list: its opening messages (None: they are not plain text)."""
         key: list[str] = []
         for m in messages[:KEY_MESSAGES]:
             if type(m) is not dict or type(m.get("role")) is not str or \
@@ -71,22 +74,29 @@ class CheckedLists:
                 break
         return tuple(key)
 
-    def shared(self, messages: list[Any]) -> tuple[list[Any] | None, int]:
+    def shared(self, messages: list[Any], raw: bytes | None = None,
+               key: tuple[str, ...] | None = None) -> tuple[list[Any] | None, int]:
         """(the checked list ``messages`` shares leading messages with, how many) or
-        ``(None, 0)``."""
-        key = self._key(messages)
+        ``(None, 0)``. ``raw``: the body ``messages`` was parsed from; ``key``: ``key(messages)``
+        when the caller has it."""
+        key = key if key is not None else self.key(messages)
         found = self._lists.get(key) if key is not None else None
         if found is None:
             return None, 0
-        n = common_prefix(messages, found)
-        return (found, n) if n else (None, 0)
+        old = found[0]
+        if raw is not None and raw == found[1] and len(messages) == len(old):
+            return old, len(old)  # the same bytes parse to the same list
+        n = common_prefix(messages, old)
+        return (old, n) if n else (None, 0)
 
     def repeated(self, messages: list[Any]) -> list[Any] | None:
         """The checked list that ``messages`` starts with, if any."""
         old, n = self.shared(messages)
         return old if old is not None and n == len(old) else None
 
-    def remember(self, messages: list[Any], size: int) -> None:
-        key = self._key(messages)
+    def remember(self, messages: list[Any], raw: bytes,
+                 key: tuple[str, ...] | None = None) -> None:
+        """Keep ``messages`` (parsed from ``raw``) as its conversation's checked list."""
+        key = key if key is not None else self.key(messages)
         if key is not None:
-            self._lists.put(key, messages, size)
+            self._lists.put(key, (messages, raw), len(raw))

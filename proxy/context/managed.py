@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-from urllib.parse import quote
 
 from proxy.auth import Principal
 from proxy.context.accounting import overhead
@@ -38,7 +36,7 @@ from proxy.context.summary.compaction import Compacted, compact
 from proxy.context.summary.in_api import ApiSummarizerFactory
 from proxy.context.summary.prepare import Preparer, preparing, ripe
 from proxy.context.summary.prepared import PreparedStore
-from proxy.context.summary.summarizer import Summarizer, upstream_summarizer
+from proxy.context.summary.summarizer import Summarizer, SummarizerFactory
 from proxy.context.tokens.counter import TokenCounter
 from proxy.context.tokens.window import WindowResolver
 from proxy.errors import bad_request
@@ -46,34 +44,11 @@ from proxy.metrics import Metrics
 from proxy.policy.live import PolicyService
 from proxy.policy.model import Policy
 from proxy.store import StoreUnavailable
-from proxy.upstream.client import Upstream
 from proxy.upstream.usage import UpstreamUsage
 
 log = logging.getLogger("context_proxy.context")
 
 Flight = tuple[str, str]  # (conversation key, prefix hash)
-
-
-SummarizerFactory = Callable[[Principal, str, float], Summarizer]
-"""(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
-
-
-def org_header(org: str) -> str:
-    """The organization as a header value: as it is when printable ASCII, else
-    percent-encoded (a header cannot carry a line break, and non-ASCII bytes are ambiguous)."""
-    return org if org.isascii() and org.isprintable() else quote(org, safe="")
-
-
-def upstream_summarizers(upstream: Upstream,
-                         send_org: Callable[[], bool] = lambda: False) -> SummarizerFactory:
-    """Summary calls to the upstream through the shared session, with the caller's key; they
-    carry ``X-Context-Proxy-Org: <org>`` while ``send_org()`` says so (read per compaction, so
-    a policy reload takes effect at once)."""
-    def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
-        headers = {"X-Context-Proxy-Org": org_header(principal.org)} if send_org() else None
-        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s, headers)
-
-    return make
 
 
 def _ms_since(started: float) -> int:
@@ -120,10 +95,13 @@ class ContextService:
         """Everything about the request that a retry keeps. ``conversation`` (public id, key)
         skips identification when the caller already knows it."""
         public, key = conversation or self.identify(principal, header, request)
-        await self.ledger.ready()
-        await self.records.refresh(key)  # another replica may have compacted it since
+        if not self.ledger.is_ready:
+            await self.ledger.ready()
+        if not self.records.is_fresh(key):
+            await self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
-        window, source = await self._window(request.model, policy)
+        window, source = await self.windows.resolve(request.model, policy)
+        source = source if window is not None else "fallback"
         corrected, ratio = self.usage.corrected(key, policy)
         known = self.history.recall(key, request.messages, request.model, request.repeats,
                                     request.shared)
@@ -146,7 +124,8 @@ class ContextService:
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
         p = await job.offload(self._plan, job, job.prior)
-        await self.records.ensure(job.principal.org, job.key)
+        if not self.records.is_known(job.key):
+            await self.records.ensure(job.principal.org, job.key)
         if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
             await self.records.add_spills(job.principal.org, job.key,
                                           [*p.mask.masked, *p.mask.inputs],

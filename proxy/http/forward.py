@@ -30,6 +30,7 @@ from proxy.upstream.relay import (
     PROXY_MADE,
     Check,
     answer_whole,
+    decodable,
     error_response,
     is_encoded,
     is_event_stream,
@@ -200,7 +201,8 @@ async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientRe
     ledger = state.context.ledger
     if job.request.stream and resp.status == 200 and is_event_stream(resp):
         scanner = leg.scanner()
-        check = None if is_encoded(resp) else EventCheck(
+        # (a gzip or deflate stream is checked decoded; another coding cannot be read)
+        check = None if is_encoded(resp) and not decodable(resp) else EventCheck(
             on_line=scanner.line, only=scanner.marker, terminal=leg.stream_end)
         headers = extra | ledger.estimate(job, report).headers()
         out = await sink.stream(resp, _stamped(state, leg, headers), report.sse_comment(),

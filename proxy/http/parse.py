@@ -24,26 +24,26 @@ from proxy.context.checked import CheckedLists, restart_point
 from proxy.context.job import ChatRequest
 from proxy.context.stages.ordering import OrderingCheck
 from proxy.errors import ApiError, bad_request
+from proxy.http.encoding import decoded
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _NULL_CONTENT_ROLES = frozenset({"user", "system", "developer", "tool"})
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request's body, decoded under its ``Content-Encoding`` (``proxy.http.encoding``)."""
     length = request.content_length
     if length is not None and length > limit:
         raise ApiError(413, f"The request body is {length} bytes; this proxy accepts at most "
                        f"{limit}.", code="request_too_large")
     try:
-        return await request.read()  # aiohttp enforces client_max_size when the length is unknown
+        raw = await request.read()  # aiohttp enforces client_max_size when the length is unknown
     except web.HTTPRequestEntityTooLarge:
         raise
-    except aiohttp.http_exceptions.ContentEncodingError:
-        raise bad_request("The request body does not decode as its Content-Encoding says.",
-                          code="invalid_encoding") from None
-    except aiohttp.web_protocol.RequestPayloadError as e:  # a decoding fault, as aiohttp wraps it
+    except aiohttp.web_protocol.RequestPayloadError as e:  # a broken chunked body, say
         raise bad_request(f"The request body could not be read: {e.__cause__ or e}.",
-                          code="invalid_encoding") from None
+                          code="invalid_body") from None
+    return decoded(raw, request.headers.get("Content-Encoding", ""), limit)
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -77,7 +77,9 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
         raise bad_request("'messages' is required and must be a list.", param="messages")
     if not messages:
         raise bad_request("'messages' must contain at least one message.", param="messages")
-    repeats, shared = checked.shared(messages) if checked is not None else (None, 0)
+    key = checked.key(messages) if checked is not None else None
+    repeats, shared = checked.shared(messages, raw, key) if key is not None and \
+        checked is not None else (None, 0)
     start = restart_point(messages, shared)
     ordering = OrderingCheck()
     step = ordering.step
@@ -94,8 +96,8 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
     if problems:
         raise bad_request(f"Invalid message sequence: {problems[0]}", param="messages",
                           code="invalid_message_sequence")
-    if checked is not None:
-        checked.remember(messages, len(raw))
+    if key is not None and checked is not None:
+        checked.remember(messages, raw, key)
     return ChatRequest(raw, body, messages, model, tools, stream is True, repeats, shared)
 
 
@@ -104,9 +106,10 @@ def _check_message(i: int, msg: Any) -> str:
     if type(msg) is not dict:
         raise bad_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
     role = msg.get("role")
-    if role not in ROLES:
+    if type(role) is not str or role not in ROLES:  # (a list or an object is not hashable)
+        got = repr(role[:40]) if type(role) is str else type(role).__name__
         raise bad_request(f"'messages[{i}].role' must be one of {', '.join(sorted(ROLES))}; "
-                          f"got {role!r}.", param=f"messages[{i}].role")
+                          f"got {got}.", param=f"messages[{i}].role")
     if type(msg.get("content")) is not str:  # the common case costs one check
         if "content" not in msg and role != "assistant":
             raise bad_request(f"'messages[{i}].content' is required.",
@@ -120,7 +123,7 @@ def _check_message(i: int, msg: Any) -> str:
                               "message.", param=f"messages[{i}].tool_call_id")
     elif role == "assistant" and msg.get("tool_calls") is not None:
         _check_tool_calls(i, msg["tool_calls"])
-    return role  # type: ignore[no-any-return]
+    return role
 
 
 def _check_content(i: int, role: str, content: Any) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.apis import APIS
 from proxy.state import STATE
@@ -31,8 +32,11 @@ async def relay_any(request: web.Request) -> web.StreamResponse:
         request_headers(request.headers, principal.upstream_key), request.headers, forward))
 
 
-async def _relay_to(request: web.Request, upstream: Upstream, headers: Mapping[str, str]
+async def _relay_to(request: web.Request, upstream: Upstream, headers: CIMultiDict[str]
                     ) -> web.StreamResponse:
+    coding = request.headers.get("Content-Encoding")
+    if coding is not None:  # the client's bytes go as they came (the server decodes none)
+        headers["Content-Encoding"] = coding
     data: object = None
     if request.body_exists:
         length = request.content_length

@@ -6,6 +6,12 @@ proxy and are left out). The baseline is the client's own pass-through: every tu
 whole history, and is served from cache up to the previous turn's prompt, as if the window
 were infinite, under the same rules as ``PromptCache`` (nothing under 1,024 shared tokens, then
 steps of 128).
+
+Where the provider bills cache writes (``priced``), the tokens a call writes to the cache cost
+``write`` × input: what the upstream reported (OpenAI's ``cache_write_tokens``, Anthropic's
+``cache_creation_input_tokens``), and for the pass-through baseline what ``PromptCache`` would
+write (the prompt rounded down to its steps, past the cached part, nothing under 1,024 tokens).
+The rest of the uncached prompt is plain input.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class Call:
     prompt_tokens: int
     cached_tokens: int
     summary: bool = False
+    written_tokens: int = 0  # of the uncached part, what the call wrote to the cache
 
 
 def cacheable(shared: int) -> int:
@@ -32,17 +39,32 @@ def cacheable(shared: int) -> int:
     return shared // CACHE_STEP * CACHE_STEP if shared >= MIN_CACHED else 0
 
 
+def written(prompt: int, cached: int) -> int:
+    """What a ``prompt``-token call with ``cached`` tokens read writes to the cache (the fake
+    upstream's ``PromptCache.written``)."""
+    return max(0, prompt // CACHE_STEP * CACHE_STEP - cached) if prompt >= MIN_CACHED else 0
+
+
 def passthrough(prompts: Sequence[int]) -> list[Call]:
-    """The client's own calls, each cached up to the previous turn's prompt."""
+    """The client's own calls, each cached up to the previous turn's prompt (and writing the
+    rest of it to the cache)."""
     calls, previous = [], 0
     for p in prompts:
-        calls.append(Call(p, min(p, cacheable(previous - REPLY_PRIMING))))
+        cached = min(p, cacheable(previous - REPLY_PRIMING))
+        calls.append(Call(p, cached, written_tokens=written(p, cached)))
         previous = p
     return calls
 
 
 def cost(calls: Sequence[Call], price: float) -> float:
     return sum(c.prompt_tokens - c.cached_tokens + price * c.cached_tokens for c in calls)
+
+
+def priced(calls: Sequence[Call], read: float, write: float) -> float:
+    """Cost in uncached-input units where the provider bills cache writes: cached tokens at
+    ``read``, written ones at ``write``, the rest of the prompt at 1."""
+    return sum((c.prompt_tokens - c.cached_tokens - c.written_tokens)
+               + write * c.written_tokens + read * c.cached_tokens for c in calls)
 
 
 def cached_share(calls: Sequence[Call]) -> float:

@@ -27,7 +27,18 @@ from aiohttp import web
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.testing.fake import fake_apis
-from proxy.testing.fake.faults import BAD_EVENT, HUGE_CHARS, answer_json, cut, misbehave, write
+from proxy.testing.fake.echoes import echo
+from proxy.testing.fake.fake_apis import embed as embed  # re-exported: tests embed from here
+from proxy.testing.fake.faults import (
+    BAD_EVENT,
+    HUGE_CHARS,
+    UNFRAMED,
+    answer_json,
+    cut,
+    misbehave,
+    unframed,
+    write,
+)
 from proxy.testing.fake.faults import Fault as Fault  # re-exported: tests script faults from here
 from proxy.testing.fake.prompt_cache import PromptCache as PromptCache  # re-exported
 from proxy.testing.fake.strict_apis import Prefix
@@ -99,6 +110,23 @@ def default_responder(body: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": f"ack: {text[:40]}"}
 
 
+# What reading a body of the wrong shape raises in the fake's handlers (a value of another type
+# where an object or a list is read, nesting past Python's recursion limit).
+_UNREADABLE = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+
+
+@web.middleware
+async def _refuse_unreadable(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                             ) -> web.StreamResponse:
+    """A body the fake cannot read is refused 400 in its API's shape, as a real API refuses
+    one it does not accept (never a 500: that would be a fault of the upstream)."""
+    try:
+        return await handler(request)
+    except _UNREADABLE as e:
+        return fake_apis.bad_request(request.path, f"Invalid request body ({type(e).__name__}).")
+
+
 @dataclass
 class FakeUpstream:
     """Start with ``await fake.start()``; ``fake.base_url`` ends in ``/v1``."""
@@ -126,7 +154,8 @@ class FakeUpstream:
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024,
+                              middlewares=[_refuse_unreadable])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -200,7 +229,7 @@ class FakeUpstream:
                         ) -> tuple[Fault | None, web.StreamResponse | None]:
         """The fault taken for this request, and its answer when it replaces the normal one."""
         fault = self._take_fault(body, request.path)
-        return fault, await misbehave(request, fault) if fault is not None else None
+        return fault, await misbehave(request, fault, echo) if fault is not None else None
 
     # --- handlers ---------------------------------------------------------------------------
 
@@ -277,6 +306,8 @@ class FakeUpstream:
                       ) -> web.StreamResponse:
         """The events, ``stream_delay_s`` apart (none before the last), shaped by the fault."""
         mode = fault.mode if fault is not None else ""
+        if mode in UNFRAMED:
+            return unframed(request, "text/event-stream", events[0], mode)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache",
                                            **(fault.headers if fault else {})})
@@ -364,14 +395,3 @@ class FakeUpstream:
 
 def _finish(message: dict[str, Any]) -> str:
     return "tool_calls" if message.get("tool_calls") else "stop"
-
-
-def embed(text: str, dims: int = 64) -> list[float]:
-    """A deterministic bag-of-words embedding: texts sharing words are close."""
-    vec = [0.0] * dims
-    for word in text.lower().split():
-        h = hashlib.blake2b(word.strip(".,;:!?\"'()").encode(), digest_size=8).digest()
-        idx = int.from_bytes(h[:4], "big") % dims
-        vec[idx] += 1.0 if h[4] % 2 else -1.0
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from proxy.app import create_app
+from proxy.http.encoding import SERVER_OPTIONS
 from proxy.settings import Settings, load_settings
 from proxy.state import STATE, ProxyState
 from proxy.testing.fake_upstream import FakeUpstream
@@ -72,7 +73,7 @@ class Harness:
         self.settings = replace(settings, port=0)
         app = create_app(self.settings)
         app.on_response_prepare.append(self._answered)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, **SERVER_OPTIONS)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()

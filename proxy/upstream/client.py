@@ -46,8 +46,8 @@ def request_headers(incoming: Mapping[str, str], upstream_key: str | None,
         if low in HOP_BY_HOP or low in _CLIENT_ONLY or low in connection_tokens \
                 or low.startswith(CONSUMED_PREFIX) or low == "x-conversation-id":
             continue
-        if identity and low == "accept-encoding":
-            continue
+        if identity and low in ("accept-encoding", "content-encoding"):
+            continue  # a managed call: the proxy decoded the client's body and reads the answer
         out.add(name, value)
     if identity:
         out["Accept-Encoding"] = "identity"

@@ -29,7 +29,7 @@ from multidict import CIMultiDict
 from proxy.errors import ApiError
 from proxy.upstream.answers import EventCheck, error_status, unusable_error
 from proxy.upstream.client import Upstream, response_headers
-from proxy.upstream.scrub import Scrubber, scrub_whole
+from proxy.upstream.scrub import DECODED, Scrubber, decode_whole, scrub_whole
 
 log = logging.getLogger("context_proxy.relay")
 
@@ -48,6 +48,11 @@ def is_event_stream(resp: aiohttp.ClientResponse) -> bool:
 def is_encoded(resp: aiohttp.ClientResponse) -> bool:
     """Whether the body is content-encoded (gzip, ...), so the proxy cannot read it as it is."""
     return resp.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
+
+
+def decodable(resp: aiohttp.ClientResponse) -> bool:
+    """Whether the body's Content-Encoding is one the proxy decodes to read it (``DECODED``)."""
+    return resp.headers.get("Content-Encoding", "").strip().lower() in DECODED
 
 
 async def read_body(resp: aiohttp.ClientResponse, cap: int | None = None) -> bytes:
@@ -107,23 +112,34 @@ def answer_whole(upstream: Upstream, resp: aiohttp.ClientResponse, body: bytes,
     headers = response_headers(resp.headers, secret=upstream.api_key)
     if extra_headers:
         headers.update(extra_headers)
-    problem = _problem(resp, body, check)
+    encoded = is_encoded(resp)
+    if check is not None and resp.status == 200 and decodable(resp):
+        # A managed answer is read (checked, its usage counted): decoded, and sent so.
+        plain = decode_whole(body, resp.headers.get("Content-Encoding", ""))
+        if plain is None:
+            return error_response(ApiError(
+                502, "The upstream answer does not decode as its Content-Encoding says.",
+                code="upstream_invalid_answer"), headers)
+        body, encoded = plain, False
+        headers.popall("Content-Encoding", None)
+    problem = _problem(resp, body, check, encoded)
     if problem is not None:
         return error_response(problem, headers)
     if upstream.secret:
-        body, decoded = scrub_whole(body, upstream.secret, resp.headers.get("Content-Encoding", ""))
+        body, decoded = scrub_whole(body, upstream.secret,
+                                    resp.headers.get("Content-Encoding", "") if encoded else "")
         if decoded:  # looked into a compressed body to scrub it: it goes out decoded
             headers.popall("Content-Encoding", None)
     return web.Response(status=resp.status, body=body, headers=headers)
 
 
-def _problem(resp: aiohttp.ClientResponse, body: bytes, check: Check | None) -> ApiError | None:
+def _problem(resp: aiohttp.ClientResponse, body: bytes, check: Check | None, encoded: bool
+             ) -> ApiError | None:
     if resp.method == "HEAD":  # no body to judge
         return None
     if resp.status >= 400:
-        return unusable_error(resp.status, body, resp.headers.get("Content-Type", ""),
-                              is_encoded(resp))
-    if resp.status == 200 and check is not None and not is_encoded(resp):
+        return unusable_error(resp.status, body, resp.headers.get("Content-Type", ""), encoded)
+    if resp.status == 200 and check is not None and not encoded:
         return check(body)
     return None
 
@@ -156,7 +172,11 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse,
     headers = response_headers(resp.headers, secret=secret.decode() if secret else None)
     if extra_headers:
         headers.update(extra_headers)
-    scrubber = Scrubber(secret, resp.headers.get("Content-Encoding", "")) if secret else None
+    coding = resp.headers.get("Content-Encoding", "")
+    # Decoded before its events are checked (and scrubbed): a check of compressed bytes would
+    # find no event, final or bad, in them.
+    decoding = check is not None and coding.strip().lower() in DECODED
+    scrubber = Scrubber(secret or b"", coding) if secret or decoding else None
     if scrubber is not None and scrubber.decodes:  # relayed decoded, to be scrubbed
         headers.popall("Content-Encoding", None)
         headers.popall("Content-Length", None)
@@ -188,13 +208,15 @@ async def _pump(request: web.Request, out: web.StreamResponse, resp: aiohttp.Cli
     """Write the upstream's chunks (``check``ed) as they come, until its end, a break (of the
     upstream, or a bad data line) or the client leaving."""
     while chunk := await _next_chunk(request, resp):
-        data = check.feed(chunk) if check is not None else chunk
-        if scrubber is not None:
+        data = chunk
+        if scrubber is not None:  # decoded and scrubbed first: the check reads the events
             try:
                 data = scrubber.feed(data)
             except zlib.error:
                 log.warning("upstream stream does not decode as it says on %s", request.path)
                 return "broken"
+        if check is not None:
+            data = check.feed(data)
         if data and not await _write(out, resp, data):
             return "gone"
         if check is not None and check.bad:
@@ -202,8 +224,10 @@ async def _pump(request: web.Request, out: web.StreamResponse, resp: aiohttp.Cli
             return "broken"
     if chunk is None:
         return "broken"
-    rest = check.flush() if check is not None else b""
-    if rest and not await _write(out, resp, scrubber.feed(rest) if scrubber is not None else rest):
+    rest = scrubber.flush() if scrubber is not None else b""  # what it held back
+    if check is not None:
+        rest = (check.feed(rest) if rest else b"") + (b"" if check.bad else check.flush())
+    if rest and not await _write(out, resp, rest):
         return "gone"
     return "broken" if check is not None and check.bad else "end"
 

@@ -26,7 +26,8 @@ class Scrubber:
     """Removes ``secret`` from a body fed chunk by chunk; ``flush`` at the end. A body whose
     ``encoding`` is one of ``DECODED`` is decoded as it goes (then ``decodes``: it is relayed
     decoded, without its Content-Encoding), so a key in a compressed stream is caught too; a
-    chunk that does not decode raises ``zlib.error``."""
+    chunk that does not decode raises ``zlib.error``. With an empty ``secret`` it only
+    decodes (a stream whose events are checked must be read decoded)."""
 
     def __init__(self, secret: bytes, encoding: str = "") -> None:
         self.secret = secret
@@ -41,6 +42,8 @@ class Scrubber:
     def feed(self, chunk: bytes) -> bytes:
         if self._decoder is not None:
             chunk = self._decoder.decompress(chunk)
+        if not self.secret:  # nothing to hide: it only decodes
+            return chunk
         data = self._held + chunk
         if self.secret in data:
             data = data.replace(self.secret, REDACTED)
@@ -66,6 +69,15 @@ def _partial_at(data: bytes, secret: bytes) -> int:
             return i
         i = data.find(first, i + 1)
     return len(data)
+
+
+def decode_whole(body: bytes, encoding: str) -> bytes | None:
+    """``body`` decoded under ``encoding`` (one of ``DECODED``), up to ``MAX_DECODED`` bytes;
+    None when it does not decode."""
+    try:
+        return _decoder(encoding.strip().lower()).decompress(body, MAX_DECODED)
+    except zlib.error:
+        return None
 
 
 def scrub_whole(body: bytes, secret: bytes, encoding: str) -> tuple[bytes, bool]:

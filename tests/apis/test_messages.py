@@ -67,3 +67,43 @@ def test_summary_answers_join_the_text_and_tell_a_tool_use() -> None:
         "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
         "stop_reason": "tool_use", "usage": {}}).encode())
     assert tool.tool_call and tool.text is None
+
+
+def test_a_summary_on_the_covered_range_is_marked_where_the_client_marked_it() -> None:
+    """Claude Code marks its newest message; the covered range ends before it, so the summary
+    call marks the range's last block (Anthropic reads its cache only at a marker), within the
+    API's four markers, never changing the client's body."""
+    mark = {"type": "ephemeral"}
+
+    def turn(n: int, marked: bool) -> list[dict[str, object]]:
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": f"out {n}"}
+        return [{"role": "assistant", "content": [
+                    {"type": "tool_use", "id": f"t{n}", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{**result, "cache_control": mark} if marked
+                                             else result]}]
+
+    body = {"model": "m", "max_tokens": 5, "system": [{"type": "text", "text": "S",
+                                                        "cache_control": mark}],
+            "messages": [{"role": "user", "content": "task"}, *turn(1, False),
+                         *turn(2, False), *turn(3, True)]}
+    kept = json.dumps(body)
+    adapted = anthropic_adapter.read(body)
+    covered = adapted.messages[:6]  # system, task, two turns: the third stays verbatim
+    ask = [*covered, {"role": "user", "content": "notes"}, {"role": "user", "content": "Sum."}]
+    riding = messages.summary_body(adapted, "m", ask, 100, True)
+    end = riding["messages"][-3]["content"][-1]
+    assert end["tool_use_id"] == "t2" and end["cache_control"] == mark
+    assert json.dumps(body) == kept
+    assert "cache_control" not in messages.summary_body(adapted, "m", ask, 100, False)[
+        "messages"][-3]["content"][-1]  # a transcript call rides no cache
+    unmarked = anthropic_adapter.read({**body, "messages": [
+        m if m["role"] != "user" or isinstance(m["content"], str) else
+        {**m, "content": [{k: v for k, v in b.items() if k != "cache_control"}
+                          for b in m["content"]]} for m in body["messages"]]})
+    plain = messages.summary_body(unmarked, "m", [*unmarked.messages[:6], ask[-1]], 100, True)
+    assert "cache_control" not in json.dumps(plain["messages"])  # the client marks no message
+    full = {**body, "system": [{"type": "text", "text": t, "cache_control": mark}
+                               for t in ("a", "b", "c", "d")]}
+    four = anthropic_adapter.read(full)
+    at_most = messages.summary_body(four, "m", [*four.messages[:6], ask[-1]], 100, True)
+    assert "cache_control" not in json.dumps(at_most["messages"])

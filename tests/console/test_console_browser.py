@@ -109,13 +109,14 @@ def test_edit_clamp_lock_rerank_and_use_the_platform_default(page: Page,
 
 
 def _long_conversation() -> list[dict[str, Any]]:
-    """Over the compaction trigger of a 10,000-token window, with old tool outputs to mask."""
+    """Over the compaction trigger of a 10,000-token window once old tool outputs are masked,
+    and a compaction that lasts (what follows the newest call is short)."""
     messages = [system(), user("Migrate the billing module. CODE-4711")]
     for i in range(8):
-        messages += tool_turn("read_file", f"FILE-{i} " + words(400, seed=i),
+        messages += tool_turn("read_file", f"FILE-{i} " + words(1250, seed=i),
                               {"path": f"billing/{i}.py"})
-    for i in range(8):
-        messages += [assistant(f"Step {i}: FACT-{i}. " + words(800, seed=10 + i)),
+    for i in range(4):
+        messages += [assistant(f"Step {i}: FACT-{i}. " + words(380, seed=10 + i)),
                      user(f"Continue with step {i + 1}.")]
     return messages
 

@@ -31,12 +31,12 @@ def test_the_check_restarts_after_the_last_message_with_no_call_open() -> None:
 def test_lists_are_found_by_their_opening_and_memory_is_bounded() -> None:
     lists = CheckedLists(max_bytes=100, max_lists=2)
     first = [SYS, USER, SAID]
-    lists.remember(first, 40)
+    lists.remember(first, b"x" * 40)
     grown = [*first, {"role": "user", "content": "more"}]
     assert lists.shared(grown) == (first, 3) and lists.repeated(grown) is first
     assert lists.shared([SYS, {"role": "user", "content": "other"}]) == (None, 0)
-    lists.remember([SYS, {"role": "user", "content": "b"}], 40)
-    lists.remember([SYS, {"role": "user", "content": "c"}], 40)  # over both bounds: oldest out
+    lists.remember([SYS, {"role": "user", "content": "b"}], b"x" * 40)
+    lists.remember([SYS, {"role": "user", "content": "c"}], b"x" * 40)  # over both: oldest out
     assert lists.shared(grown) == (None, 0)
-    lists.remember([{"role": "user", "content": [{"type": "text"}]}], 1)  # no key: not kept
+    lists.remember([{"role": "user", "content": [{"type": "text"}]}], b"x")  # no key: not kept
     assert lists.shared([{"role": "user", "content": [{"type": "text"}]}]) == (None, 0)

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from proxy.auth import Principal
 from proxy.context.job import ChatRequest
-from proxy.context.managed import ContextService, org_header
+from proxy.context.managed import ContextService
 from proxy.context.offload import run_inline, run_off_loop
 from proxy.context.records.compactions import Records
 from proxy.context.stages.shared import is_summary
 from proxy.context.stages.summary import SummaryFailed
+from proxy.context.summary.summarizer import org_header
 from proxy.context.tokens.counter import TokenCounter
 from proxy.context.tokens.window import WindowResolver
 from proxy.http.parse import check_chat

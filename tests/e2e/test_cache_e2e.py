@@ -137,3 +137,52 @@ def test_a_compacting_session_rides_the_cache_and_keeps_its_facts(make_harness: 
                          for t in after)
     assert h.metric("context_proxy_prefix_rewrites_total", stage="compact") == \
         len(compacted)
+
+
+def test_summary_calls_ride_the_covered_range_when_the_whole_list_does_not_fit(
+        make_harness: Any, sdk: Any) -> None:
+    """At 16k with 1-4k-token outputs the list as sent, this turn's results included, leaves no
+    room for the summary's answer: the summary call sends only the covered range (a prefix of
+    the previous request), so it is one call per compaction, served mostly from cache, and the
+    facts of the covered range still reach the summary."""
+    model, script = "gpt-4o-w16k", Script()
+    fact = "REFUND-LEDGER-2718"
+    spec = replace(SPEC, output_tokens=(1000, 4000), facts=((3, f"NOTE: ledger id {fact}."),))
+    layer = validate_layer({"masking.enabled": False})
+    h = make_harness(fake=FakeUpstream(models={model: 16_000}, responder=script.respond),
+                     platform=PlatformConfig(defaults=layer))
+    played = play(h, sdk(h, h.create_key()), script, spec, 24, model)
+    compacted = [t for t in played if t.headers["x-context-compaction"] == "auto"]
+    assert len(compacted) >= 3
+    for t in compacted:
+        assert len(t.summaries) == 1
+        s = t.summaries[0]
+        assert cached(s) >= 0.9 * s["prompt_tokens"], s
+    bodies = [r.json for r in h.fake.requests if r.path == "/v1/chat/completions"]
+    for before, body in itertools.pairwise(bodies):
+        if is_summary_request(body):  # the previous request's leading messages, then the ask
+            assert not is_summary_request(before)
+            assert before["messages"][:len(body["messages"]) - 1] == body["messages"][:-1]
+    first = next(t for t in played if any(is_summary(m) for m in t.sent))
+    assert fact in next(m["content"] for m in first.sent if is_summary(m))
+
+
+def test_no_two_consecutive_turns_summarize_unless_the_second_would_not_fit(
+        make_harness: Any, sdk: Any) -> None:
+    """At 32k with 4-16k-token outputs one result may fill half the window: a compaction that
+    would not last two turns waits while the request fits, so a turn right after a summary
+    makes another only when its request would not fit without it (over 95% of the window)."""
+    model, script = "gpt-4o-w32k", Script()
+    spec = agent.AgentSpec(seed=11, output_tokens=(4000, 16000), thought_words=(10, 40))
+    h = make_harness(fake=FakeUpstream(models={model: 32_000}, responder=script.respond))
+    played = play(h, sdk(h, h.create_key()), script, spec, 24, model)
+    summarized = [i for i, t in enumerate(played) if t.summaries]
+    assert len(summarized) >= 4
+    for t in played:
+        assert t.main["prompt_tokens"] <= 32_000
+    for before, now in itertools.pairwise(summarized):
+        if now == before + 1:  # the list as sent last turn, grown by this turn's messages
+            grown = played[before].main["prompt_tokens"] + \
+                int(played[now].headers["x-context-tokens-before"]) - \
+                int(played[before].headers["x-context-tokens-before"])
+            assert grown > 0.95 * 32_000, (before, now, grown)

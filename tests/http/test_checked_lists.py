@@ -8,6 +8,7 @@ import orjson
 import pytest
 from factories import assistant, system, tool_call, tool_result, tool_turn, user
 
+from proxy.context import checked as checked_module
 from proxy.context.checked import CheckedLists
 from proxy.errors import ApiError
 from proxy.http import parse
@@ -142,3 +143,24 @@ def test_the_memory_is_bounded() -> None:
     tiny = CheckedLists(max_bytes=10)  # larger than the bound: not kept at all
     chat([system("S"), user("task")], tiny)
     assert chat([system("S"), user("task"), assistant("x")], tiny).repeats is None
+
+
+def test_the_same_bytes_again_are_known_without_comparing_the_messages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = CheckedLists()
+    msgs = history()
+    first = chat(msgs, checked)
+    compared: list[int] = []
+    real = checked_module.common_prefix
+
+    def counting(a: Any, b: Any) -> int:
+        compared.append(1)
+        return real(a, b)
+
+    monkeypatch.setattr(checked_module, "common_prefix", counting)
+    seen = spy(monkeypatch)
+    again = chat(orjson.loads(orjson.dumps(msgs)), checked)  # a retry: the same bytes
+    assert again.repeats is first.messages and again.shared == len(msgs)
+    assert compared == [] and seen == []
+    grown = chat([*msgs, user("more")], checked)  # a new body: compared as before
+    assert grown.shared == len(msgs) and compared == [1]

@@ -38,7 +38,7 @@ call = st.fixed_dictionaries({"id": st.text(max_size=6), "type": st.just("functi
                               "function": st.fixed_dictionaries({
                                   "name": st.text(max_size=8), "arguments": st.text(max_size=8)})})
 message = st.fixed_dictionaries(
-    {"role": ROLES},
+    {"role": ROLES | values},
     optional={"content": st.none() | st.text(max_size=30) | st.lists(values, max_size=3),
               "tool_calls": st.lists(call, max_size=2) | values,
               "tool_call_id": st.text(max_size=6) | values, "name": st.text(max_size=6) | values})

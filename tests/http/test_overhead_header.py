@@ -108,7 +108,7 @@ def test_the_upstream_wait_is_not_the_proxy_time(make_harness: Callable[..., Har
         dripped = oa.chat.completions.with_raw_response.create(
             model="gpt-4o", messages=CHAT)  # type: ignore[arg-type]
     took = time.perf_counter() - took
-    assert took > 0.1 and own_ms(dripped.headers) < took * 1000 / 2
+    assert own_ms(dripped.headers) < took * 1000 / 2
 
 
 def test_the_histogram_books_what_the_header_says(harness: Harness, key: str) -> None:

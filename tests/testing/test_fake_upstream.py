@@ -53,6 +53,18 @@ async def test_answers_and_records_chat_requests(start: Start) -> None:
     assert fake.requests[0].headers["Authorization"] == "Bearer sk-x"
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/responses", {"model": "m", "input": "hi", "tools": [["a list, not a tool"]]}),
+    ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [7]}),
+])
+async def test_a_body_it_cannot_read_is_refused_400_in_the_apis_shape(
+        start: Start, path: str, body: dict[str, Any]) -> None:
+    resp = await (await start(FakeUpstream())).post(path, json=body)
+    assert resp.status == 400
+    error = await resp.json()
+    assert (error["type"] == "error") if path == "/v1/messages" else ("code" in error["error"])
+
+
 async def test_streams_chunks_then_usage_then_done(start: Start) -> None:
     fake = FakeUpstream(stream_chunks=3)
     up = await start(fake)

@@ -1,6 +1,7 @@
 """Upstream faults on the Messages and Responses routes come back in each API's own shape: an
 error body that is not JSON (a gateway's HTML page) is the proxy's own error, shaped as the API
-shapes errors, streamed or not."""
+shapes errors, streamed or not; an answer that ends early, chunked or with no framing at all
+(its end a FIN or a reset), ends a stream with the API's error event and is a 502 whole."""
 
 from __future__ import annotations
 
@@ -64,3 +65,27 @@ def test_a_stream_that_ends_before_its_final_event_ends_with_the_apis_error_even
                           json={**body, "stream": True},
                           headers={"Authorization": f"Bearer {key}"})  # the fault is spent
     assert b"upstream stream ended" not in whole.content
+
+
+@pytest.mark.parametrize("mode", ["unframed_fin", "unframed_reset"])
+@pytest.mark.parametrize(("path", "ending"), [
+    ("/v1/chat/completions", b'data: {"error": '),
+    (MESSAGES, b"event: error\ndata: "),
+    (RESPONSES, b'data: {"error": ')])
+def test_an_answer_without_framing_that_ends_early_is_an_error_in_the_apis_shape(
+        make_harness: Callable[..., Harness], path: str, ending: bytes, mode: str) -> None:
+    # No Content-Length, no chunks: the connection's end is the body's, so a FIN looks like a
+    # clean end; only the missing final event (or the JSON cut short) says it is not.
+    fake = FakeUpstream(faults=[Fault(mode=mode, status=200, path=path, times=-1)])
+    h = make_harness(fake=fake)
+    key = h.create_key("acme")
+    body = BODIES.get(path, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    url, auth = h.base_url + path.removeprefix("/v1"), {"Authorization": f"Bearer {key}"}
+    streamed = requests.post(url, timeout=30, json={**body, "stream": True}, headers=auth)
+    assert streamed.status_code == 200
+    assert streamed.content.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].startswith(ending)
+    whole = requests.post(url, timeout=30, json=body, headers=auth)
+    assert whole.status_code == 502
+    error = whole.json()
+    assert error["type"] == "error" if path == MESSAGES else error["error"]["code"].startswith(
+        "upstream_")

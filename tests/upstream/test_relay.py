@@ -11,6 +11,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from proxy.errors import ApiError
+from proxy.testing.fake import faults
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.upstream.answers import unusable_completion
 from proxy.upstream.client import Upstream
@@ -60,10 +61,12 @@ async def test_a_whole_body_is_read_and_answered_with_extra_headers(
     (Fault(status=500, mode="html"), 502, "upstream_non_json_error"),
     (Fault(status=200, mode="truncated_json"), 502, "upstream_invalid_answer")])
 async def test_an_unusable_body_is_a_clean_error(
-        served: tuple[FakeUpstream, Upstream], fault: Fault, status: int, code: str) -> None:
+        served: tuple[FakeUpstream, Upstream], fault: Fault, status: int, code: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     fake, upstream = served
-    if fault.mode == "drip":
-        upstream.first_byte_timeout_s = 0.001  # the read stalls between the drips
+    if fault.mode == "drip":  # the headers come at once, then the body stalls past the timeout
+        monkeypatch.setattr(faults, "DRIP_PAUSE_S", 2.0)
+        upstream.first_byte_timeout_s = 0.5
     fake.faults.append(fault)
     answer = await relay_whole(upstream, await post(upstream), {"X-Context-Compaction": "none"},
                                check=unusable_completion, cap=1 << 20)

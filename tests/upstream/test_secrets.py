@@ -80,3 +80,26 @@ def test_a_gzip_stream_echoing_the_key_is_relayed_decoded_and_scrubbed(
     assert got_status == 200 and "Content-Encoding: gzip" not in headers
     assert h.upstream_key.encode() not in data and b"you sent [redacted]" in data
     assert data.rstrip().endswith(b"data: [DONE]")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages"])
+def test_a_gzip_answer_of_another_api_is_read_decoded_scrubbed_and_counted(
+        make_harness: Any, path: str, stream: bool) -> None:
+    # Read decoded like chat's: the key scrubbed, the final event found, the usage booked.
+    mode = "echo_gzip_stream" if stream else "echo_gzip"
+    fake = FakeUpstream(faults=[Fault(mode=mode, status=200, path=path, times=-1)])
+    h = make_harness(fake=fake)
+    body: dict[str, Any] = {"model": "m", "input": "hi", "stream": stream} \
+        if path == "/v1/responses" else {"model": "m", "max_tokens": 8, "stream": stream,
+                                          "messages": [{"role": "user", "content": "hi"}]}
+    got_status, headers, data = call(h, h.create_key(), "POST", path, body)
+    assert got_status == 200 and "Content-Encoding: gzip" not in headers
+    secret = (h.state.anthropic if path == "/v1/messages" else h.state.upstream).secret
+    assert secret and secret in fake.requests[-1].headers.get("x-api-key", "").encode() + \
+        fake.requests[-1].headers.get("Authorization", "").encode()  # the upstream got it
+    assert secret not in data and secret.decode() not in headers and b"[redacted]" in data
+    if stream:
+        final = b"message_stop" if path == "/v1/messages" else b"response.completed"
+        assert final in data.rstrip().rsplit(b"\n\n", 1)[-1]
+    assert h.metric("context_proxy_upstream_prompt_tokens_total", model="m") > 0

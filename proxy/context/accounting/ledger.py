@@ -44,6 +44,11 @@ class Ledger:
         # once: worked out once per pair rather than on every call.
         self._priced: dict[tuple[str, ModelPrices], Prices] = {}
 
+    @property
+    def is_ready(self) -> bool:
+        """Whether the cost map has been read (``ready`` has nothing to do)."""
+        return self._map is not None
+
     async def ready(self) -> None:
         """Read the cost map off the event loop the first time (a file of megabytes)."""
         if self._map is None:

@@ -120,12 +120,15 @@ class Records:
         """The conversation's newest compaction as cached (``refresh`` loads it)."""
         return self._latest.get(conversation)
 
+    def is_fresh(self, conversation: str) -> bool:
+        """Whether ``refresh`` has nothing to do: a store only this process writes, loaded."""
+        return not self.shared and conversation in self._latest and conversation in self._usage
+
     async def refresh(self, conversation: str) -> None:
-        """Load the conversation's latest compaction and usage into memory, and on a shared
-        store bring them up to date (on SQLite, which this process alone writes, once). The
-        reads run off the event loop; the caches are updated back on the loop's thread. With
-        the store unreachable, what is cached stands."""
-        if not self.shared and conversation in self._latest and conversation in self._usage:
+        """Load the conversation's latest compaction and usage into memory, up to date on a
+        shared store (on SQLite, which only this process writes, once), reading off the loop;
+        with the store unreachable, what is cached stands."""
+        if self.is_fresh(conversation):
             return
         with contextlib.suppress(StoreUnavailable):  # managed from memory meanwhile
             # Concurrent requests of one conversation share one read.
@@ -151,8 +154,7 @@ class Records:
 
     async def stored(self, conversation: str, phash: str, covered: int
                      ) -> CompactionRecord | None:
-        """The newest stored compaction of exactly that prefix, if any (made it the latest
-        when it is newer than the cached one)."""
+        """The newest stored compaction of that exact prefix (the latest, if newer), if any."""
         row = await self.store.run(self.store.read_one, _BY_PREFIX,
                                    [conversation, phash, covered])
         return self.adopt(_record(dict(row))) if row else None
@@ -180,6 +182,10 @@ class Records:
             return True
         return self.store.read_one(
             "SELECT 1 FROM conversations WHERE id = ?", [conversation]) is not None
+
+    def is_known(self, conversation: str) -> bool:
+        """Whether the conversation is known to be stored (``ensure`` has nothing to do)."""
+        return conversation in self._known
 
     async def ensure(self, org: str, conversation: str) -> None:
         """Record that the conversation exists (once per process, not once per turn, and once

@@ -9,11 +9,21 @@ The table is tiny (one row per model that was ever refused) and read whole at mo
 from __future__ import annotations
 
 import contextlib
+import enum
 import time
 
 from proxy.store import Store, StoreUnavailable, Tx
 
 REFRESH_S = 1.0
+
+
+class Stale(enum.Enum):
+    """The last read is too old to answer without reading again."""
+
+    STALE = "stale"
+
+
+STALE = Stale.STALE
 # A stored limit counts for a day: an upstream whose limit grew (a model upgrade) is trusted
 # again, and refuses once more if it did not.
 TTL_S = 86_400.0
@@ -26,6 +36,12 @@ class LearnedWindows:
         self.ttl_s = ttl_s
         self._rows: dict[str, int] = {}
         self._read_at = float("-inf")
+
+    def known(self, model: str) -> int | Stale | None:
+        """``get`` without waiting: the last read's answer while it is fresh, else ``STALE``."""
+        if time.monotonic() - self._read_at >= self.refresh_s:
+            return STALE
+        return self._rows.get(model)
 
     async def get(self, model: str) -> int | None:
         """The lowest limit any process learned for ``model``, read fresh (off the event

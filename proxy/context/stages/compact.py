@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from proxy.context.stages.scope import Scope
@@ -51,7 +52,10 @@ from proxy.context.stages.shared import (
 from proxy.policy.model import Policy
 
 SUMMARY_FRAME_TOKENS = 64  # the marker and notice around a summary's text
-LASTING_CAP = 0.95  # of the window: the highest a large fixed part raises the trigger
+LASTING_CAP = 0.95  # of the window: the highest a large fixed part raises the trigger, and
+# the most a request may fill while a compaction that would not last waits
+GROWTH_TURNS = 4  # the newest turns whose mean size is a turn's growth
+LASTING_TURNS = 2  # turns of growth a compaction must leave room for under its trigger
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,40 @@ def lasting_trigger(scope: Scope, fixed: int, summary_max: int) -> int:
     budget = int(scope.policy.compaction.keep_ratio * w)
     lasting = fixed + summary_max + SUMMARY_FRAME_TOKENS + 2 * budget
     return max(trigger_tokens(scope), min(lasting, int(LASTING_CAP * w)))
+
+
+def fixed_tokens(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Sequence[int],
+                 bounds: list[tuple[int, int]] | None = None,
+                 kept: set[int] | None = None) -> int:
+    """What a compaction keeps whatever happens: the request's overhead (tools) and the tool
+    groups holding system and developer messages, the first user message, protected and
+    pinned messages (``tokens`` aligns with ``messages``)."""
+    bounds = group_bounds(messages) if bounds is None else bounds
+    kept = _preserved_groups(messages, scope.policy, bounds) if kept is None else kept
+    return scope.overhead() + sum(tokens[i] for g in kept for i in range(*bounds[g]))
+
+
+class CompactionPoint:
+    """Where a compaction of a list would run: over ``lasting_trigger`` of its fixed part, what
+    masking weighs a step against (``tokens`` aligns with ``messages``). The fixed part takes a
+    pass over the list, so ``exceeded`` first compares with the trigger ratio's figure, which
+    the lasting trigger is never under, and makes the pass only above it (once)."""
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], scope: Scope,
+                 tokens: Sequence[int]) -> None:
+        self.messages, self.scope, self.tokens = messages, scope, tokens
+
+    def exceeded(self, n: float) -> bool:
+        """Whether a list of ``n`` tokens would be over the trigger."""
+        return n > trigger_tokens(self.scope) and n > self.trigger
+
+    @cached_property
+    def trigger(self) -> int:
+        cp = self.scope.policy.compaction
+        w = self.scope.compaction_window
+        summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
+        return lasting_trigger(self.scope, fixed_tokens(self.messages, self.scope, self.tokens),
+                               summary_max)
 
 
 def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:
@@ -150,12 +188,15 @@ def plan_compaction(
     *,
     force: bool = False,
     message_tokens: Sequence[int] | None = None,
+    lasting: bool = True,
 ) -> CompactionPlan | None:
     """The compaction plan, or ``None`` when compaction is disabled or not triggered.
 
     The scope's window may be unknown (``None``): the fallback window applies.
     ``force`` (manual compaction) skips the trigger, not ``compaction.enabled``.
     ``message_tokens`` may pass counts already made (e.g. ``MaskResult.message_tokens``).
+    A compaction that would not last (``_lasts``) waits while the request fills at most
+    ``LASTING_CAP`` of the window, unless ``lasting`` is false.
     """
     policy = scope.policy
     cp = policy.compaction
@@ -173,8 +214,8 @@ def plan_compaction(
     kept = _preserved_groups(messages, policy, bounds)
     budget = int(cp.keep_ratio * w)
     summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
-    fixed = overhead + sum(tokens[i] for g in kept for i in range(*bounds[g]))
-    trigger = lasting_trigger(scope, fixed, summary_max)
+    trigger = lasting_trigger(scope, fixed_tokens(messages, scope, tokens, bounds, kept),
+                              summary_max)
     if not force and total <= trigger:
         return None
     keep_start = _keep_start(tokens, budget)
@@ -197,6 +238,10 @@ def plan_compaction(
         else:
             kept.add(group_of[last_user])
     preserved = tuple(i for g in sorted(kept) for i in range(*bounds[g]) if i < cut)
+    if lasting and not force and total <= LASTING_CAP * w and not _lasts(
+            sum(tokens[i] for i in preserved) + summary_max + SUMMARY_FRAME_TOKENS + overhead
+            + sum(tokens[cut:]), _growth(messages, tokens), trigger):
+        return None
     taken = set(preserved)
     summarize = tuple(i for i in range(cut) if i not in taken)
     new = [i for i in summarize if not is_summary(messages[i])]
@@ -206,6 +251,25 @@ def plan_compaction(
         summary_max_tokens=summary_max, forced=force,
         new_messages=len(new), new_tokens=sum(tokens[i] for i in new),
     )
+
+
+def _lasts(after: int, growth: float, trigger: int) -> bool:
+    """Whether a compaction whose rewritten list has ``after`` tokens (its summary counted at
+    ``max_tokens``) leaves room under ``trigger`` for ``LASTING_TURNS`` turns of ``growth``.
+    One that does not would make the next turn, or the one after, compact again; while the
+    request fits the window it waits, so that two consecutive turns summarize only when the
+    second would not fit without it."""
+    return after + LASTING_TURNS * growth <= trigger
+
+
+def _growth(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> float:
+    """Tokens a turn adds, from the list's newest ``GROWTH_TURNS`` turns (each an assistant
+    message and what follows it up to the next)."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not starts:
+        return 0.0
+    newest = starts[-GROWTH_TURNS:]
+    return sum(tokens[newest[0]:]) / len(newest)
 
 
 def summary_message(summary_text: str, policy: Policy) -> dict[str, Any]:

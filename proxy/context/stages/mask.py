@@ -8,8 +8,10 @@ spill 3f9a…]``.
 In steps (``masking.in_steps``, the default): the masked set only grows, and only when the
 transcript *as it would be sent* (with the masking so far) crosses ``trigger_ratio`` × window;
 a step then clears every maskable result older than the newest ``keep_recent`` at once, unless
-it would free less than ``min_free_ratio`` × window (then it waits). Between two steps every
-earlier message is sent byte-identical, so a provider's prompt cache keeps serving the prefix.
+it would free less than ``min_free_ratio`` × window or ``min_step_turns`` turns of growth, or
+when compaction's trigger is within ``compaction_turns`` turns (then it waits, and compaction
+does the work). Between two steps every earlier message is sent byte-identical, so a provider's
+prompt cache keeps serving the prefix.
 The state is never stored: it is replayed from the message list itself, at each earlier request
 point (the list before each assistant message is what the client sent for that answer), so
 every replica and a restarted proxy mask the same set. With ``in_steps`` false the boundary moves
@@ -35,10 +37,12 @@ from itertools import accumulate
 from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
+from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
     as_dicts,
+    first_items,
     is_protected,
     is_result,
     result_tool_name,
@@ -166,7 +170,8 @@ def _results(messages: Sequence[Mapping[str, Any]], scope: Scope,
 
 
 def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Sequence[int],
-                results: Sequence[_Result], overhead: int) -> tuple[int, int]:
+                results: Sequence[_Result], overhead: int,
+                compaction_at: CompactionPoint | None) -> tuple[int, int]:
     """(results masked at the previous request point, results masked now): the masked set is
     the maskable ones among the first that many results."""
     mp, window = scope.policy.masking, scope.window or 0
@@ -181,34 +186,50 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
             seen += 1
         previous = boundary
         target = max(0, seen - mp.keep_recent)
+        sent = prefix[p] - saved[boundary] + overhead
         if not mp.in_steps:  # the boundary moves with every request over the trigger
             boundary = target if prefix[p] + overhead > trigger else 0
-        elif prefix[p] - saved[boundary] + overhead > trigger and target > boundary and \
-                saved[target] - saved[boundary] >= _step_floor(mp, window, prefix, points, n):
-            boundary = target
+        elif sent > trigger and target > boundary:
+            growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+            if saved[target] - saved[boundary] >= _step_floor(mp, window, growth) and \
+                    not _compaction_near(mp, window, sent, growth, compaction_at):
+                boundary = target
     return previous, boundary
 
 
-def _step_floor(mp: MaskingPolicy, window: int, prefix: Sequence[int], points: Sequence[int],
-                n: int) -> float:
-    """What a step at request point ``n`` must free: ``min_free_ratio`` × window, and
-    ``min_step_turns`` turns of the session's growth (its tokens per request point since the
-    first, from the list itself, so every replica agrees). A step rewrites the cached prefix
-    after its first change; room that lasts only a turn or two costs more than it saves, so
-    masking waits and compaction does the work (the figures: docs/headers.md)."""
-    growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+def _step_floor(mp: MaskingPolicy, window: int, growth: float) -> float:
+    """What a step must free: ``min_free_ratio`` × window, and ``min_step_turns`` turns of the
+    session's ``growth`` (its tokens per request point since the first, from the list itself,
+    so every replica agrees). A step rewrites the cached prefix after its first change; room
+    that lasts only a turn or two costs more than it saves, so masking waits and compaction
+    does the work (the figures: docs/configuration.md)."""
     return max(mp.min_free_ratio * window, mp.min_step_turns * growth)
 
 
+def _compaction_near(mp: MaskingPolicy, window: int, sent: int, growth: float,
+                     compaction_at: CompactionPoint | None) -> bool:
+    """Whether a step waits for compaction: the list as sent (``sent`` tokens) would reach
+    compaction's trigger (``compaction_at``; ``None``: compaction will not do the work) within
+    ``compaction_turns`` turns of ``growth``. Compaction, which clears more than a step, comes
+    soon anyway, and a step before it would rewrite the cached prefix for a few turns; its
+    summary would also have to be sent the masked originals uncached. A list over the window
+    steps regardless (compaction failed to bring it down)."""
+    return compaction_at is not None and sent <= window and \
+        compaction_at.exceeded(sent + mp.compaction_turns * growth)
+
+
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
-                      pairs: Sequence[tuple[int, int]] | None = None) -> MaskResult:
+                      pairs: Sequence[tuple[int, int]] | None = None,
+                      compaction_at: CompactionPoint | None = None) -> MaskResult:
     """Apply SPEC section 4 to ``messages`` (never mutated); see the module docstring.
 
-    ``pairs`` may pass the per-message (tokens, content tokens) already counted."""
+    ``pairs`` may pass the per-message (tokens, content tokens) already counted.
+    ``compaction_at``: where compaction will run for this list (``None``: it will not do the
+    work), which a step near it leaves the work to."""
     policy, window, counter, model = scope.policy, scope.window, scope.counter, scope.model
     if pairs is None:
         pairs = counter.token_pairs(messages, model)
-    tokens = [t for t, _ in pairs]
+    tokens = first_items(pairs)
     overhead = scope.overhead()
     before = sum(tokens) + overhead
     out = as_dicts(messages)
@@ -216,7 +237,7 @@ def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,
         # No request point was over the trigger either: the sent prefix only grows.
         return MaskResult(out, [], 0, before, before, tokens, triggered=False)
     results = _results(messages, scope, pairs)
-    previous, boundary = _boundaries(messages, scope, tokens, results, overhead)
+    previous, boundary = _boundaries(messages, scope, tokens, results, overhead, compaction_at)
     new_tokens = list(tokens)
     spills: list[Spill] = []
     changes: list[int] = []  # indices changed now that the previous request point sent as-is

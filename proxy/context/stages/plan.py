@@ -14,12 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from proxy.context.stages.compact import CompactionPlan, plan_compaction, summary_message
+from proxy.context.stages.compact import (
+    CompactionPlan,
+    CompactionPoint,
+    plan_compaction,
+    summary_message,
+)
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
 from proxy.context.stages.mask import trigger_tokens as mask_trigger
 from proxy.context.stages.scope import Scope
-from proxy.context.stages.shared import as_dicts, prefix_hash
+from proxy.context.stages.shared import as_dicts, first_items, prefix_hash
 from proxy.policy.model import Policy
 
 Action = Literal["forward", "summarize", "insufficient"]
@@ -70,6 +75,7 @@ class Plan:
     previous: int = 0  # messages the previous request point sent (the list before the last
     # assistant message): what a provider's prompt cache may still hold
     kept: int = 0  # tokens at the start (tools, then messages) that request sent the same
+    compaction_at: CompactionPoint | None = None  # what masking weighed its steps against
 
     @property
     def tokens_after_mask(self) -> int:
@@ -104,11 +110,12 @@ def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None, poli
 
 def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | None = None,
          force: bool = False, pairs: Sequence[tuple[int, int]] | None = None,
-         verified: tuple[str, int] | None = None) -> Plan:
+         verified: tuple[str, int] | None = None, lasting: bool = True) -> Plan:
     """Plan one request (see the module docstring). ``force``: a manual compaction, which
     skips the trigger and the no-loop wait. ``pairs``: the per-message (tokens, content
     tokens) of ``messages`` when already counted; ``verified``: a (prefix hash, covered) known
-    to match ``messages``."""
+    to match ``messages``. ``lasting`` false: a compaction that would not last does not wait
+    (``plan_compaction``; a summary prepared early plans at a lowered trigger)."""
     if pairs is None:
         pairs = scope.counter.token_pairs(messages, scope.model)
     if prior is None and not force:
@@ -120,28 +127,42 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     view_pairs = pairs if view.prior is None else \
         [pairs[o] if o >= 0 else scope.counter.token_pairs([view.messages[i]], scope.model)[0]
          for i, o in enumerate(view.origin)]
-    mask = mask_tool_outputs(view.messages, scope, view_pairs)
-    cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens)
-    before = sum(t for t, _ in pairs) + scope.overhead() if view.prior is not None \
+    compaction_at = _compaction_at(view, scope, first_items(view_pairs))
+    mask = mask_tool_outputs(view.messages, scope, view_pairs, compaction_at)
+    cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens,
+                            lasting=lasting)
+    before = sum(first_items(pairs)) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
     action = _decide(view, cplan, force, scope)
     previous = previous_point(view.messages)
     end = previous if mask.first_change is None else min(previous, mask.first_change)
     kept = kept_tokens(scope, mask.message_tokens, end) if previous else 0
     if action != "summarize":
-        return Plan(view, mask, cplan, before, action, previous=previous, kept=kept)
+        return Plan(view, mask, cplan, before, action, previous=previous, kept=kept,
+                    compaction_at=compaction_at)
     assert cplan is not None
     origin = view.origin
     covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
     preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
-    return Plan(view, mask, cplan, before, action, covered, preserved, previous, kept)
+    return Plan(view, mask, cplan, before, action, covered, preserved, previous, kept,
+                compaction_at)
+
+
+def _compaction_at(view: View, scope: Scope, tokens: Sequence[int]) -> CompactionPoint | None:
+    """Where compaction runs for the view, for masking to weigh a step against; ``None`` when
+    compaction will not do the work: disabled, or its last summary could not get the list
+    under the trigger."""
+    if not scope.policy.compaction.enabled or (view.prior is not None and
+                                               view.prior.status == "insufficient"):
+        return None
+    return CompactionPoint(view.messages, scope, tokens)
 
 
 def _untouched(messages: Sequence[Mapping[str, Any]], scope: Scope,
                pairs: Sequence[tuple[int, int]]) -> Plan | None:
     """The plan of a request under both triggers with no stored compaction (most requests):
     forward it as it is; ``None`` when a stage may run."""
-    tokens = [t for t, _ in pairs]
+    tokens = first_items(pairs)
     before = sum(tokens) + scope.overhead()
     policy = scope.policy
     if policy.masking.enabled and scope.window and before > mask_trigger(policy, scope.window):
@@ -163,7 +184,8 @@ def sent_before(p: Plan, scope: Scope) -> list[dict[str, Any]]:
     step's first change on."""
     if not p.rewrote:
         return p.mask.messages
-    earlier = mask_tool_outputs(p.view.messages[:p.previous], scope)
+    earlier = mask_tool_outputs(p.view.messages[:p.previous], scope,
+                                compaction_at=p.compaction_at)
     return [*earlier.messages, *p.mask.messages[p.previous:]]
 
 

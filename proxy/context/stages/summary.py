@@ -48,7 +48,7 @@ SUMMARY_SYSTEM_PROMPT = (
 )
 PREFIX_INSTRUCTION = (
     SUMMARY_SYSTEM_PROMPT + "\n\nThe conversation above is being compacted. Write that handoff "
-    "now, covering everything before its last {keep} message(s), which stay verbatim after your "
+    "now, covering all of it; the newest messages, not shown here, stay verbatim after your "
     "summary.")
 RESTORED_INTRO = ("For your summary only: the original text of tool outputs that were cleared "
                   "above.")
@@ -217,20 +217,19 @@ def restored_text(results: Sequence[Mapping[str, Any]]) -> str:
 
 def prefix_prompt(masked: Sequence[Mapping[str, Any]], cut: int, restored: str,
                   counter: TokenCounter, model: str, tools: Sequence[Any] | None,
-                  max_tokens: int, window: int) -> Prompt | None:
-    """The summary request that rides the provider's prompt cache: the list as it is sent
-    (``masked``, whose start the conversation's last request sent too), then ``restored`` (what
-    the cached part lacks: the original text of masked outputs in the covered range, or notes
-    on them), then the instruction. ``None`` when it does not fit ``window`` with
-    ``max_tokens`` to answer."""
-    prompt = [m if isinstance(m, dict) else dict(m) for m in masked]
+                  window: int) -> tuple[Prompt, int]:
+    """The summary request that rides the provider's prompt cache, and the tokens its answer
+    may have within ``window`` (negative: not even the prompt fits). It sends the covered range
+    of the list as it is sent (``masked[:cut]``, a prefix of what the conversation's last
+    request sent, so the cache serves it; the messages after the cut stay verbatim and need no
+    summary, and this turn's new ones would only be paid uncached), then ``restored`` (what the
+    cached part lacks: the original text of masked outputs in the covered range, or notes on
+    them), then the instruction."""
+    prompt = [m if isinstance(m, dict) else dict(m) for m in masked[:cut]]
     if restored:
         prompt.append({"role": "user", "content": RESTORED_INTRO + "\n\n" + restored})
-    prompt.append({"role": "user",
-                   "content": PREFIX_INSTRUCTION.format(keep=max(1, len(masked) - cut))})
-    if prompt_room(prompt, counter, model, tools, max_tokens, window) < 0:
-        return None
-    return prompt
+    prompt.append({"role": "user", "content": PREFIX_INSTRUCTION})
+    return prompt, prompt_room(prompt, counter, model, tools, 0, window)
 
 
 def prompt_room(prompt: Prompt, counter: TokenCounter, model: str, tools: Sequence[Any] | None,

@@ -2,11 +2,11 @@
 
 The stages decide what to summarize (``proxy.context.stages``); this module pays for it. When
 the summary model is the request's own model, the summary call rides the provider's prompt
-cache: it sends the list as it is sent (the conversation's last request is a prefix of it) with
-the same tools, then what that prefix lacks (the original text of masked outputs in the covered
-range, so a fact buried in one survives) and the instruction last. When those originals do not
-fit beside the prefix, they are first condensed into notes that do (from a transcript of them
-alone, in pieces when long), and the notes go after the prefix instead. When not even the
+cache: it sends the covered range as it is sent (a prefix of the conversation's last request)
+with the same tools, then what that prefix lacks (the original text of masked outputs in the
+covered range, so a fact buried in one survives) and the instruction last. When those originals
+do not fit beside the prefix, they are first condensed into notes that do (from a transcript of
+them alone, in pieces when long), and the notes go after the prefix instead. When not even the
 prefix fits, or another model summarizes, the covered range is summarized from a transcript,
 in pieces and then merged when it is long.
 """
@@ -24,12 +24,12 @@ from proxy.context.stages.summary import (
     Prompt,
     masked_originals,
     prefix_prompt,
-    prompt_room,
     restored_text,
 )
 from proxy.context.summary.summarizer import Answer, Summarizer, call, summarize_messages
 
 MIN_NOTES = 256  # tokens: less room than this beside the prefix is not worth a notes call
+SHORTEST_ANSWER = 0.5  # of the summary's max_tokens: the least a summary on the prefix may have
 NOTES_FRAME = 64  # the intro the notes go under
 
 
@@ -75,13 +75,14 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
         raise ValueError("originals must align with the masked list one to one")
     window = summary_scope.window or cplan.window
     answers: list[Answer] = []
-    prompt = None
+    riding_prompt: tuple[Prompt, int] | None = None
     if summary_scope.model == scope.model:  # the same model: the same cache
-        prompt = await _on_prefix(cplan, masked if riding is None else riding, originals, scope,
-                                  summarize, window, offload, answers)
-    if prompt is not None:
-        answer = await call(summarize, prompt, cplan.summary_max_tokens, scope.counter,
-                            scope.model, scope.tools or None)
+        riding_prompt = await _on_prefix(cplan, masked if riding is None else riding,
+                                         originals, scope, summarize, window, offload, answers)
+    if riding_prompt is not None:
+        prompt, max_tokens = riding_prompt
+        answer = await call(summarize, prompt, max_tokens, scope.counter, scope.model,
+                            scope.tools or None)
         text = answer.text
         answers.append(answer)
     else:
@@ -101,26 +102,30 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
 async def _on_prefix(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
                      originals: Sequence[Mapping[str, Any]], scope: Scope,
                      summarize: Summarizer, window: int, offload: Offload,
-                     answers: list[Answer]) -> Prompt | None:
-    """The summary prompt on the cached prefix, or ``None`` when the prefix does not fit.
-    Notes on the masked originals, when they are needed, are made first (``answers`` gets
-    their calls)."""
+                     answers: list[Answer]) -> tuple[Prompt, int] | None:
+    """The summary prompt on the cached prefix and its answer's ``max_tokens``, or ``None``
+    when the prefix does not fit. Notes on the masked originals, when they are needed, are made
+    first (``answers`` gets their calls). Without originals to add, a prefix that leaves the
+    answer less than the summary's ``max_tokens`` (a large fixed part in a small window) still
+    rides the cache when at least ``SHORTEST_ANSWER`` of it fits: a shorter summary on the
+    cached prefix costs less than one from a transcript sent fresh."""
     counter, model, tools = scope.counter, scope.model, scope.tools
+    best = cplan.summary_max_tokens
     results = masked_originals(masked, originals, cplan.summarize)
-    full = await offload(prefix_prompt, masked, cplan.cut, restored_text(results), counter,
-                         model, tools, cplan.summary_max_tokens, window)
-    if full is not None or not results:
-        return full
-    bare = await offload(prefix_prompt, masked, cplan.cut, "", counter, model, tools,
-                         cplan.summary_max_tokens, window)
-    room = prompt_room(bare, counter, model, tools, cplan.summary_max_tokens, window) \
-        if bare is not None else 0
-    if room < MIN_NOTES:
+    full, room = await offload(prefix_prompt, masked, cplan.cut, restored_text(results),
+                               counter, model, tools, window)
+    if room >= best:
+        return full, best
+    if not results:
+        return (full, room) if room >= SHORTEST_ANSWER * best else None
+    _, spare = await offload(prefix_prompt, masked, cplan.cut, "", counter, model, tools, window)
+    spare -= best
+    if spare < MIN_NOTES:
         return None
     notes, made = await summarize_messages(
         results, counter=counter, model=model, summarize=summarize,
-        max_tokens=min(room - NOTES_FRAME, cplan.summary_max_tokens), summary_window=window,
-        offload=offload)
+        max_tokens=min(spare - NOTES_FRAME, best), summary_window=window, offload=offload)
     answers += made
-    return await offload(prefix_prompt, masked, cplan.cut, notes, counter, model, tools,
-                         cplan.summary_max_tokens, window)
+    prompt, room = await offload(prefix_prompt, masked, cplan.cut, notes, counter, model, tools,
+                                 window)
+    return (prompt, best) if room >= best else None

@@ -61,7 +61,8 @@ def at_prepare_point(job: Job) -> Plan:
     scope = replace(job.scope, policy=replace(policy, compaction=cp))
     req = job.request
     pairs = job.known.pairs_for(job.scope.counter, req.messages, req.model)
-    return plan(req.messages, scope, job.prior, False, pairs, job.known.verified)
+    # Whether the compaction lasts is the trigger's question, asked when it is applied.
+    return plan(req.messages, scope, job.prior, False, pairs, job.known.verified, lasting=False)
 
 
 def ripe(job: Job, p: Plan) -> bool:

@@ -10,10 +10,12 @@ The prompts themselves are built by the pure ``proxy.context.stages.summary``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
+from proxy.auth import Principal
 from proxy.context.offload import Offload
 from proxy.context.stages.summary import (
     Budget,
@@ -149,3 +151,25 @@ async def summarize_messages(
             raise SummaryFailed("partial summaries do not fit the summary window to merge")
         partials = await _gather(summarize, merges, budget, answers)
     return partials[0], answers
+
+
+SummarizerFactory = Callable[[Principal, str, float], Summarizer]
+"""(caller, summary model, timeout in seconds) -> the summarizer to call for them."""
+
+
+def org_header(org: str) -> str:
+    """The organization as a header value: as it is when printable ASCII, else
+    percent-encoded (a header cannot carry a line break, and non-ASCII bytes are ambiguous)."""
+    return org if org.isascii() and org.isprintable() else quote(org, safe="")
+
+
+def upstream_summarizers(upstream: Upstream,
+                         send_org: Callable[[], bool] = lambda: False) -> SummarizerFactory:
+    """Summary calls to the upstream through the shared session, with the caller's key; they
+    carry ``X-Context-Proxy-Org: <org>`` while ``send_org()`` says so (read per compaction, so
+    a policy reload takes effect at once)."""
+    def make(principal: Principal, model: str, timeout_s: float) -> Summarizer:
+        headers = {"X-Context-Proxy-Org": org_header(principal.org)} if send_org() else None
+        return upstream_summarizer(upstream, principal.upstream_key, model, timeout_s, headers)
+
+    return make

@@ -156,6 +156,8 @@ def _boundary(text: str, lo: int, hi: int) -> int:
 
 def count_text(enc: tiktoken.Encoding, text: str) -> int:
     """Tokens of ``text`` (special-token text counts as plain text), never one huge list."""
+    if len(text) <= SHORT_CHARS:
+        return _short_count(enc, text)
     if len(text) <= CHUNK_CHARS:
         return len(enc.encode_ordinary(text))
     total, start = 0, 0
@@ -165,6 +167,25 @@ def count_text(enc: tiktoken.Encoding, text: str) -> int:
         total += len(enc.encode_ordinary(text[start:end]))
         start = end
     return total
+
+
+# Short texts recur in every message (roles, names, tool names, small arguments): their counts
+# are remembered, since each call into the encoder costs far more than its few characters (on a
+# busy machine, its vocabulary lookups miss the CPU caches).
+SHORT_CHARS = 48
+_SHORT_LIMIT = 8192
+_short: dict[tuple[str, str], int] = {}
+
+
+def _short_count(enc: tiktoken.Encoding, text: str) -> int:
+    key = (enc.name, text)
+    n = _short.get(key)
+    if n is None:
+        n = len(enc.encode_ordinary(text))
+        if len(_short) >= _SHORT_LIMIT:  # bounded: texts come from clients
+            _short.clear()
+        _short[key] = n
+    return n
 
 
 def _part_tokens(enc: tiktoken.Encoding, part: Any) -> int:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from proxy.context.records.learned import LearnedWindows
+from proxy.context.records.learned import LearnedWindows, Stale
 from proxy.policy.model import Policy
 from proxy.upstream.model_map import model_map
 
@@ -114,6 +114,9 @@ class WindowResolver:
         self._litellm_cache: dict[str, int | None] = {}
         self._learned: dict[str, int] = {}
         self._shared = shared  # limits other processes learned (replicas on one store)
+        # model -> (policy, (window, source) before the learned caps, valid until): asked on
+        # every request, the same answer until the policy or the upstream's list changes.
+        self._resolved: dict[str, tuple[Policy, tuple[int | None, str], float]] = {}
 
     def learn(self, model: str, window: int) -> bool:
         """Remember a limit the upstream stated when it refused a request as too long; it caps
@@ -137,9 +140,20 @@ class WindowResolver:
     async def resolve(self, model: str, policy: Policy) -> tuple[int | None, str]:
         """(window, source): source is ``policy``, ``upstream``, ``litellm``, ``learned`` or
         ``unknown``. A limit the upstream stated (``learn``) caps every other source."""
-        window, source = await self._resolve(model, policy)
+        hit = self._resolved.get(model)
+        if hit is not None and hit[0] is policy and self._clock() < hit[2]:
+            window, source = hit[1]
+        else:
+            window, source = found = await self._resolve(model, policy)
+            if len(self._resolved) >= 4096:  # model names come from clients: stay bounded
+                self._resolved.clear()
+            until = float("inf") if source == "policy" or self._fetch is None else self._expires
+            self._resolved[model] = (policy, found, until)
         learned = self._learned.get(model)
-        other = await self._shared.get(model) if self._shared is not None else None
+        other = None  # the lowest limit any process learned (``LearnedWindows``)
+        if self._shared is not None:
+            known = self._shared.known(model)
+            other = await self._shared.get(model) if isinstance(known, Stale) else known
         if other is not None and (learned is None or other < learned):
             learned = other
         if learned is not None and (window is None or learned < window):

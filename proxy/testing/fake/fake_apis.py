@@ -17,7 +17,9 @@ Messages request with thinking on is answered with a signed thinking block first
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import secrets
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -382,3 +384,14 @@ async def count_tokens(fake: FakeUpstream, request: web.Request) -> web.StreamRe
         return bad_request(MESSAGES, "messages: field required")
     return await answer_json(request, {"input_tokens": fake.measure(as_chat(MESSAGES, body))[0]},
                              fault)
+
+
+def embed(text: str, dims: int = 64) -> list[float]:
+    """A deterministic bag-of-words embedding: texts sharing words are close."""
+    vec = [0.0] * dims
+    for word in text.lower().split():
+        h = hashlib.blake2b(word.strip(".,;:!?\"'()").encode(), digest_size=8).digest()
+        idx = int.from_bytes(h[:4], "big") % dims
+        vec[idx] += 1.0 if h[4] % 2 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]

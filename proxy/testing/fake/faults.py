@@ -4,10 +4,10 @@ the helpers that answer, shape or cut a response as a fault says."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
-import zlib
-from collections.abc import Callable
+import socket
+import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,10 @@ class Fault:
     characters.
     "reset", "truncated_json" and "drip" shape the normal answer when ``status`` is 200 and no
     ``body`` is given, else the error body; "" (no mode) answers ``body`` (JSON) as before.
-    "echo_gzip_stream": a gzip-compressed chat stream that echoes the key in its first event.
+    "unframed_fin", "unframed_reset": an answer with neither a Content-Length nor chunked
+    framing (its end is the connection's), cut after a stream's first event or half a JSON
+    body, by a FIN (which looks like a clean end) or a reset.
+    "echo_gzip_stream": a gzip-compressed stream of the request's API that echoes the key.
     "echo", "echo_drip", "echo_gzip", "echo_huge": an answer that echoes the request's key in a
     header and in its JSON body (a chat completion for a 200 on chat), whole, written in pieces
     of a few bytes, gzip-compressed, or padded past ``HUGE_CHARS``.
@@ -55,13 +58,20 @@ BAD_EVENT = b"data: <html>not json</html>\n\n"
 DRIP_BYTES, DRIP_PAUSE_S, HUGE_CHARS = 16, 0.002, 3 << 20
 
 
-async def misbehave(request: web.Request, fault: Fault) -> web.StreamResponse | None:
-    """The answer ``fault`` scripts, or None when the normal answer goes out (shaped later)."""
+Echo = Callable[[web.Request, Fault], Awaitable[web.StreamResponse]]
+
+
+async def misbehave(request: web.Request, fault: Fault, echo: Echo | None = None
+                    ) -> web.StreamResponse | None:
+    """The answer ``fault`` scripts, or None when the normal answer goes out (shaped later);
+    ``echo`` answers the ``echo*`` modes (``proxy.testing.fake.echoes``: it speaks each API,
+    whose module imports this one)."""
     if fault.delay_s:
         await asyncio.sleep(fault.delay_s)
     if fault.drop:
         return cut(request, web.Response())
     if fault.mode.startswith("echo"):
+        assert echo is not None, "an echo mode needs the echo answers"
         return await echo(request, fault)
     if fault.mode in PAGES:
         content_type, text = PAGES[fault.mode]
@@ -75,9 +85,33 @@ async def misbehave(request: web.Request, fault: Fault) -> web.StreamResponse | 
     return web.json_response(err, status=fault.status, headers=fault.headers)
 
 
+UNFRAMED = ("unframed_fin", "unframed_reset")
+
+
+def unframed(request: web.Request, content_type: str, first: bytes, mode: str
+             ) -> web.StreamResponse:
+    """Write a 200 without Content-Length or chunked framing, then ``first``, then end the
+    connection: a FIN, or a reset for "unframed_reset" (see ``Fault``)."""
+    transport = request.transport
+    assert transport is not None
+    transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type.encode()
+                    + b"\r\nConnection: close\r\n\r\n" + first)
+    if mode == "unframed_reset":
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+    return web.Response()  # never sent: the connection is gone
+
+
 async def answer_json(request: web.Request, payload: Any, fault: Fault | None
                       ) -> web.StreamResponse:
-    """A normal JSON answer, shaped by ``fault`` when it says so (reset, truncated_json, drip)."""
+    """A normal JSON answer, shaped by ``fault`` when it says so (reset, truncated_json, drip,
+    the unframed modes)."""
+    if fault is not None and fault.mode in UNFRAMED:
+        data = json.dumps(payload).encode()
+        return unframed(request, "application/json", data[:len(data) // 2], fault.mode)
     if fault is None or fault.mode not in ("reset", "truncated_json", "drip"):
         return web.json_response(payload, headers=fault.headers if fault else None)
     return await send(request, json.dumps(payload).encode(), 200, fault)
@@ -112,53 +146,4 @@ def cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
     """Close the connection (what was written still goes out first)."""
     assert request.transport is not None
     request.transport.close()
-    return resp
-
-
-async def echo_stream(request: web.Request, key: str) -> web.StreamResponse:
-    """A gzip-compressed chat stream whose first event holds ``key``, one compressed piece per
-    event (so each event is readable as it comes)."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                       "Content-Encoding": "gzip"})
-    await resp.prepare(request)
-    packer = zlib.compressobj(wbits=31)  # gzip framing
-    chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": {"content": f"you sent {key}"},
-                          "finish_reason": None}]}
-    for event in (b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"):
-        await resp.write(packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH))
-    await resp.write(packer.flush())
-    await resp.write_eof()
-    return resp
-
-
-async def echo(request: web.Request, fault: Fault) -> web.StreamResponse:
-    """An answer that gives the request's key away, shaped by ``fault.mode`` (see ``Fault``)."""
-    key = request.headers.get("Authorization", "").removeprefix("Bearer ")
-    if fault.mode == "echo_gzip_stream":
-        return await echo_stream(request, key)
-    if fault.status >= 400:
-        payload: Any = {"error": {"message": f"invalid key {key}", "type": "auth_error",
-                                  "param": None, "code": None}}
-    elif request.path.endswith("/chat/completions"):
-        payload = {"id": "chatcmpl-echo", "object": "chat.completion", "model": "m",
-                   "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                       "role": "assistant", "content": f"you sent {key}"}}]}
-    else:
-        payload = {"object": "list", "data": [], "debug": {"authorization": key}}
-    if fault.mode == "echo_huge":
-        payload["padding"] = "x" * HUGE_CHARS
-        payload["again"] = key  # the key after more than a MiB
-    data = json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json", "X-Debug-Authorization": f"Bearer {key}"}
-    if fault.mode == "echo_gzip":
-        data, headers["Content-Encoding"] = gzip.compress(data), "gzip"
-    resp = web.StreamResponse(status=fault.status, headers=headers)
-    if fault.mode != "echo_drip":
-        resp.content_length = len(data)
-    await resp.prepare(request)
-    step = 7 if fault.mode == "echo_drip" else len(data)  # a key split across many chunks
-    for i in range(0, len(data), step):
-        await resp.write(data[i:i + step])
-    await resp.write_eof()
     return resp

@@ -5,7 +5,10 @@ on summary calls; the request's stopwatch reached through the context it runs in
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import time
+from collections.abc import Callable
 
 from proxy.context.accounting import overhead
 
@@ -18,9 +21,14 @@ def test_own_time_leaves_out_what_was_excluded_and_is_never_negative() -> None:
     assert overhead.milliseconds(0.0123456) == "12.35"
 
 
-async def test_the_upstream_wait_counts_from_the_bodys_last_byte_or_the_call() -> None:
-    # Async, so the stopwatch is this test's task's: one left in the test thread's context
-    # would be every later test's.
+def in_own_context(test: Callable[[], None]) -> Callable[[], None]:
+    """Run a synchronous test in a context of its own: the stopwatch it starts must not stay
+    set for the tests after it (a handler run without the middleware would find it)."""
+    return functools.wraps(test)(lambda: contextvars.copy_context().run(test))
+
+
+@in_own_context
+def test_the_upstream_wait_counts_from_the_bodys_last_byte_or_the_call() -> None:
     watch = overhead.begin()
     body = overhead.SentBody(b"{}")
     body.sent_at = time.perf_counter() - 0.5  # its last byte went out half a second ago
@@ -30,7 +38,8 @@ async def test_the_upstream_wait_counts_from_the_bodys_last_byte_or_the_call() -
     assert 0.75 <= watch.excluded < 1.5
 
 
-async def test_the_first_stamp_is_booked_once() -> None:
+@in_own_context
+def test_the_first_stamp_is_booked_once() -> None:
     overhead.begin()
     booked: list[float] = []
     first = overhead.stamp(booked.append)

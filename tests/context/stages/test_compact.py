@@ -142,10 +142,17 @@ async def test_rolling_summary_is_input_to_the_next_compaction() -> None:
     grown = first.messages + conversation(turns=20)[3:]
     second, fake = await run(grown, 8_000, counter=counter)
     assert second.status == "compacted"
-    assert "FIRST SUMMARY: chose sqlite for the cache." in fake.inputs
-    assert "EARLIER SUMMARY" in fake.inputs
+    # On the cached prefix the earlier summary is the summary message the list holds.
+    assert any(is_summary(m) and "FIRST SUMMARY: chose sqlite for the cache." in m["content"]
+               for m in fake.calls[0][0])
     summaries = [m for m in second.messages if is_summary(m)]
     assert len(summaries) == 1 and "FIRST SUMMARY" not in summaries[0]["content"]
+    # From a transcript (the covered range does not fit the summary window) it is rendered as
+    # the earlier summary.
+    pieces, fake = await run(grown, 8_000, counter=counter, summary_window=2_500)
+    assert pieces.status == "compacted" and len(fake.calls) > 1
+    assert "FIRST SUMMARY: chose sqlite for the cache." in fake.inputs
+    assert "EARLIER SUMMARY" in fake.inputs
 
 
 async def test_summary_in_user_role_is_not_the_first_user_message() -> None:

@@ -141,8 +141,8 @@ def test_steps_property(seed: int, low: int, spread: int, keep: int, trigger: fl
 
 def test_sent_before_is_what_the_previous_request_sent() -> None:
     # The list a summary call rides: on a turn whose masking stepped, the start as the previous
-    # request point masked it, not as this one does.
-    scope = Scope(policy(), 24_000, COUNTER, MODEL)
+    # request point masked it, not as this one does (steps whatever compaction would do).
+    scope = Scope(policy(compaction_turns=0), 24_000, COUNTER, MODEL)
     stepped = 0
     requests = turns(SPEC, 40)
     for before, now in itertools.pairwise(requests):

@@ -7,6 +7,8 @@ from __future__ import annotations
 from factories import agent_session, assistant, tool_call, tool_result, user
 
 from proxy.context.stages.summary import (
+    MARGIN,
+    PREFIX_INSTRUCTION,
     SUMMARY_SYSTEM_PROMPT,
     build_merge_prompt,
     build_prompt,
@@ -46,11 +48,16 @@ def test_long_transcripts_come_in_pieces_that_each_fit() -> None:
         assert COUNTER.count_messages(prompt, "gpt-4o") + 1024 <= 8_000
 
 
-def test_the_prefix_prompt_is_the_list_then_the_instruction_or_none_when_it_cannot_fit() -> None:
+def test_the_prefix_prompt_is_the_covered_range_then_the_instruction_and_the_answers_room(
+) -> None:
     messages = agent_session(turns=4, output_tokens=200)
-    prompt = prefix_prompt(messages, 6, "", COUNTER, "gpt-4o", None, 512, 64_000)
-    assert prompt is not None and prompt[:len(messages)] == messages
-    assert prefix_prompt(messages, 6, "", COUNTER, "gpt-4o", None, 512, 600) is None
+    prompt, room = prefix_prompt(messages, 6, "", COUNTER, "gpt-4o", None, 64_000)
+    assert prompt[:6] == messages[:6] and len(prompt) == 7  # the rest stays verbatim, unsent
+    assert prompt[-1]["content"] == PREFIX_INSTRUCTION
+    assert room == 64_000 - COUNTER.count_messages(prompt, "gpt-4o") - MARGIN
+    noted, _ = prefix_prompt(messages, 6, "the notes", COUNTER, "gpt-4o", None, 64_000)
+    assert noted[:6] == messages[:6] and noted[6]["content"].endswith("the notes")
+    assert prefix_prompt(messages, 6, "", COUNTER, "gpt-4o", None, 600)[1] < 0  # cannot fit
 
 
 def test_an_over_long_summary_is_cut_at_a_sentence() -> None:

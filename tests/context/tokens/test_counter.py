@@ -270,3 +270,24 @@ def test_off_loop_work_lowers_the_switch_interval_only_meanwhile() -> None:
     asyncio.run(run())
     assert seen == [min(before, OFFLOAD_SWITCH_INTERVAL)] * 3
     assert sys.getswitchinterval() == before
+
+
+def test_a_short_text_is_encoded_once_and_counted_the_same() -> None:
+    from proxy.context.tokens import formula as token_formula
+
+    calls: list[str] = []
+
+    class Counting:
+        name = "counting-test-encoding"
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            calls.append(text)
+            return list(range(len(text.split())))
+
+    enc: Any = Counting()
+    for _ in range(3):
+        assert token_formula.count_text(enc, "user") == 1
+        assert token_formula.count_text(enc, "read the file") == 3
+    long = "word " * 20  # past the short texts: encoded every time
+    assert token_formula.count_text(enc, long) == token_formula.count_text(enc, long) == 20
+    assert calls == ["user", "read the file", long, long]

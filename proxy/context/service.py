@@ -28,7 +28,7 @@ from proxy.context.identity import conversation_key, fingerprint_id, valid_publi
 from proxy.context.job import ChatRequest, Job
 from proxy.context.ledger import Ledger
 from proxy.context.money import Money
-from proxy.context.offload import offload_for
+from proxy.context.offload import offload_for, run_inline
 from proxy.context.prepare import Preparer, preparing
 from proxy.context.prepared import PreparedStore
 from proxy.context.records import CompactionRecord, Records
@@ -148,7 +148,9 @@ class ContextService:
 
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
-        p = await job.offload(self._plan, job, job.prior)
+        # (most requests plan inline: called directly, without a coroutine around it)
+        p = self._plan(job, job.prior) if job.offload is run_inline else \
+            await job.offload(self._plan, job, job.prior)
         if not self.records.is_known(job.key):
             await self.records.ensure(job.principal.org, job.key)
         if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
@@ -392,6 +394,7 @@ class ContextService:
         if usage.prompt <= 0:
             return
         self.ledger.book(job, report, usage, priced)
-        await self.usage.record(job.principal.org, job.key, usage.prompt,
-                                report.estimate_after)
+        if self.usage.changed(job.key, usage.prompt, report.estimate_after):
+            await self.usage.record(job.principal.org, job.key, usage.prompt,
+                                    report.estimate_after)
 

@@ -132,8 +132,10 @@ class ContextService:
                                     request.shared)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
         # much new text to encode (it releases the GIL) or hashlib a large prefix.
-        new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)
         bulk = len(request.raw) > self.counter.offload_chars
+        # A body under the threshold holds less new text than that: no need to measure it.
+        new = self.counter.needs_offload(request.messages[known.unchanged:], request.model,
+                                         None if bulk else 0)
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),

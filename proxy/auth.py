@@ -159,7 +159,8 @@ class Authenticator:
             raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' "
                            "(or 'x-api-key: <key>').",
                            code="missing_api_key")
-        cache = await self._fresh_cache()
+        cache = self._cache if time.monotonic() - self._checked < CHECK_EVERY_S and \
+            self._writes == self.store.keys.writes else await self._fresh_cache()
         # Keyed by the key itself: it is in this process's memory anyway (the request holds
         # it), and a hit then costs no SHA-256.
         entry = cache.get(token)

@@ -253,14 +253,18 @@ class Metrics:
         """Count what the upstream reported for one call (``model``: the model called)."""
         children = self._model_children(model)
         children[0].inc(prompt_tokens)
-        children[1].inc(cached_tokens)
-        children[2].inc(written_tokens)
+        if cached_tokens:  # adding nothing would only take the counter's lock
+            children[1].inc(cached_tokens)
+        if written_tokens:
+            children[2].inc(written_tokens)
 
     def money(self, model: str, spent: float, without: float) -> None:
         """Count one call's money in US dollars: spent upstream, and without the proxy."""
         children = self._model_children(model)
-        children[3].inc(spent)
-        children[4].inc(without)
+        if spent:
+            children[3].inc(spent)
+        if without:
+            children[4].inc(without)
 
     def in_flight_for(self, route: str) -> Any:
         """The in-flight gauge child of ``route`` (a route template: few)."""

@@ -24,7 +24,7 @@ from proxy.context.accounting.money import Money
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
-from proxy.context.offload import offload_for, run_off_loop
+from proxy.context.offload import offload_for, run_inline, run_off_loop
 from proxy.context.records.compactions import CompactionRecord, Records
 from proxy.context.records.flights import Flights
 from proxy.context.report import ContextReport, Outcome
@@ -107,8 +107,10 @@ class ContextService:
                                     request.shared)
         # Comparing, planning and masking hold the GIL: a thread only pays when tiktoken has
         # much new text to encode (it releases the GIL) or hashlib a large prefix.
-        new = self.counter.needs_offload(request.messages[known.unchanged:], request.model)
         bulk = len(request.raw) > self.counter.offload_chars
+        # A body under the threshold holds less new text than that: no need to measure it.
+        new = self.counter.needs_offload(request.messages[known.unchanged:], request.model,
+                                         None if bulk else 0)
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
@@ -123,7 +125,9 @@ class ContextService:
 
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
         """Plan and execute one request; a failed summary never raises (fail-open)."""
-        p = await job.offload(self._plan, job, job.prior)
+        # (most requests plan inline: called directly, without a coroutine around it)
+        p = self._plan(job, job.prior) if job.offload is run_inline else \
+            await job.offload(self._plan, job, job.prior)
         if not self.records.is_known(job.key):
             await self.records.ensure(job.principal.org, job.key)
         if p.mask.masked or p.mask.inputs:  # cleared call arguments are spills like outputs
@@ -373,6 +377,7 @@ class ContextService:
         if usage.prompt <= 0:
             return
         self.ledger.book(job, report, usage, priced)
-        await self.usage.record(job.principal.org, job.key, usage.prompt,
-                                report.estimate_after)
+        if self.usage.changed(job.key, usage.prompt, report.estimate_after):
+            await self.usage.record(job.principal.org, job.key, usage.prompt,
+                                    report.estimate_after)
 

@@ -19,7 +19,7 @@ from typing import Protocol
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, Request, StreamResponse
 
-from proxy.http.middleware import REQUEST_ID, route_label
+from proxy.http.middleware import REQUEST_ID, ROUTE, route_label
 
 ACCESS_LOGGER = "context_proxy.access"
 LINE = '%s "%s %s" %s %.1fms route=%s conversation=%s outcome=%s request_id=%s'
@@ -57,7 +57,8 @@ class AccessLog(AbstractAccessLogger):
         if not logger.isEnabledFor(logging.INFO):
             return
         headers = response.headers
-        route = route_label(request) if isinstance(request, Request) else "unmatched"
+        route = request.get(ROUTE) or (route_label(request) if isinstance(request, Request)
+                                       else "unmatched")
         emit(logger, {
             "method": request.method, "route": route, "path": request.path[:256],
             "status": response.status, "duration_ms": round(time * 1000, 2),

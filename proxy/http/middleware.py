@@ -43,6 +43,8 @@ def route_label(request: web.Request) -> str:
 
 
 REQUEST_ID = "X-Request-Id"
+# The route label the middleware worked out, kept on the request for the access log.
+ROUTE: web.RequestKey[str] = web.RequestKey("route", str)
 
 
 async def stamp_request_id(request: web.Request, response: web.StreamResponse) -> None:
@@ -116,6 +118,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     begin_request()
     status = 500
     state, route = request.app.get(STATE), route_label(request)
+    request[ROUTE] = route
     in_flight = state.metrics.in_flight_for(route) if state is not None else None
     if in_flight is not None:
         in_flight.inc()

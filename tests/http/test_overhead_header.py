@@ -103,6 +103,7 @@ def test_the_upstream_wait_is_not_the_proxy_time(make_harness: Callable[..., Har
             model="claude-sonnet-4-5", max_tokens=64, messages=CHAT).headers))  # type: ignore
     assert max(said) < 300, said
     h.fake.faults[:] = [Fault(status=200, mode="drip", times=-1)]  # 16 bytes every 2 ms
+    h.fake.responder = lambda body: {"role": "assistant", "content": "long answer " * 150}
     took = time.perf_counter()
     with openai.OpenAI(base_url=h.base_url, api_key=key, max_retries=0) as oa:
         dripped = oa.chat.completions.with_raw_response.create(

@@ -53,14 +53,18 @@ class UsageCorrection:
             hit = self._scaled[memo] = (policy, scaled(policy, ratio))
         return hit[1], ratio
 
+    def changed(self, conversation: str, prompt_tokens: int, estimate: int) -> bool:
+        """Whether the upstream's count for what we estimated at ``estimate`` tokens is worth
+        recording: a change under 1% of the ratio is not (a write per turn buys nothing)."""
+        if prompt_tokens <= 0 or estimate <= 0:
+            return False
+        old = self.records.usage(conversation)
+        return old is None or abs(prompt_tokens / estimate -
+                                  old.prompt_tokens / old.estimate) >= 0.01
+
     async def record(self, org: str, conversation: str, prompt_tokens: int,
                      estimate: int) -> None:
-        """Remember the upstream's count for what we estimated at ``estimate`` tokens; a change
-        under 1% of the ratio is not written (a write per turn buys nothing)."""
-        if prompt_tokens <= 0 or estimate <= 0:
-            return
-        old = self.records.usage(conversation)
-        if old is not None and abs(prompt_tokens / estimate -
-                                   old.prompt_tokens / old.estimate) < 0.01:
-            return
-        await self.records.record_usage(org, conversation, prompt_tokens, estimate)
+        """Remember the upstream's count for what we estimated at ``estimate`` tokens, when it
+        ``changed``."""
+        if self.changed(conversation, prompt_tokens, estimate):
+            await self.records.record_usage(org, conversation, prompt_tokens, estimate)

@@ -6,9 +6,8 @@ on the store's writer thread. On a store that other processes share (PostgreSQL:
 ``refresh`` checks a conversation's cached view with one indexed read per request, since
 another replica may have compacted it or recorded its usage since.
 
-While the store is unreachable the conversation is managed from memory: ``refresh`` keeps what
-is cached, and writes are queued (``proxy.context.records.deferred``) and written on its return; a
-compaction made meanwhile is acknowledged with its divider id and written then.
+While the store is unreachable, what is cached stands and writes are queued (``.deferred``) and
+written on its return; a compaction made meanwhile is acknowledged with its divider id.
 """
 
 from __future__ import annotations
@@ -100,7 +99,8 @@ class Records:
         self._latest: OrderedDict[str, CompactionRecord | None] = OrderedDict()
         self._usage: OrderedDict[str, Usage | None] = OrderedDict()
         self._spilled: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._known: OrderedDict[str, None] = OrderedDict()
+        # True: stored; False: the last read found it not stored (``ensure`` need not ask)
+        self._known: OrderedDict[str, bool] = OrderedDict()
         self._refreshing, self._ensuring = Once(), Once()
         # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
         self._pending: dict[tuple[str, str, str], list[float]] = {}
@@ -111,7 +111,7 @@ class Records:
     def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
         cache[key] = value
         cache.move_to_end(key)
-        if len(cache) > _CACHE_LIMIT:
+        while len(cache) > _CACHE_LIMIT:
             cache.popitem(last=False)
 
     # --- compactions ----------------------------------------------------------------------------
@@ -139,10 +139,12 @@ class Records:
         if row is None:  # not stored yet: nothing another process made either
             self._remember(self._usage, conversation, None)
             self._remember(self._latest, conversation, None)
+            if not self._known.get(conversation):
+                self._remember(self._known, conversation, False)
             return
         usage = Usage(row[0], row[1]) if row[0] and row[1] else None
         self._remember(self._usage, conversation, usage)
-        self._remember(self._known, conversation, None)  # stored: ``ensure`` has nothing to do
+        self._remember(self._known, conversation, True)  # stored: ``ensure`` has nothing to do
         cached = self._latest.get(conversation)
         if row[2] is None:
             if cached is None:  # (one made here while the row was read is kept)
@@ -178,39 +180,37 @@ class Records:
         return [_record(dict(r)).divider() for r in rows]
 
     def exists(self, conversation: str) -> bool:
-        if conversation in self._known:
-            return True
-        return self.store.read_one(
+        return bool(self._known.get(conversation)) or self.store.read_one(
             "SELECT 1 FROM conversations WHERE id = ?", [conversation]) is not None
 
     def is_known(self, conversation: str) -> bool:
         """Whether the conversation is known to be stored (``ensure`` has nothing to do)."""
-        return conversation in self._known
+        return self._known.get(conversation) is True
 
     async def ensure(self, org: str, conversation: str) -> None:
         """Record that the conversation exists (once per process, not once per turn, and once
         for requests of a new conversation that arrive together)."""
-        if conversation not in self._known:
+        if not self._known.get(conversation):
             await self._ensuring.run(conversation, lambda: self._ensure(org, conversation))
 
     async def _ensure(self, org: str, conversation: str) -> None:
-        if conversation in self._known:  # found while this caller waited for another's run
+        known = self._known.get(conversation)
+        if known:  # found while this caller waited for another's run
             return
-        try:
-            known = await self.store.run(self.exists, conversation)
-        except StoreUnavailable:
-            known = False
-        if not known:
+        if known is None:  # (False: the read that just found it absent stands)
+            try:
+                known = await self.store.run(self.exists, conversation)
+            except StoreUnavailable:
+                known = False
+        if not known:  # an upsert: one another process wrote meanwhile stays as it is
             await self.deferred.write("conversation", self._touch, org, conversation)
-        self._remember(self._known, conversation, None)
+        self._remember(self._known, conversation, True)
 
     async def add_compaction(self, org: str, conversation: str, **values: Any
                              ) -> CompactionRecord:
         """Store a compaction (and its divider); the newest becomes the conversation's latest.
-
-        The sequence number is allocated inside the write transaction, so compactions of one
-        conversation made at the same moment (requests of different lengths, each a prefix of
-        its own) are numbered one after the other instead of colliding."""
+        Its number is allocated inside the write transaction, so compactions of one
+        conversation made at once (each of its own prefix) are numbered one after the other."""
         made = time.time()
         div_id = "div_" + secrets.token_hex(8)
 

@@ -120,9 +120,9 @@ def test_requests_of_a_new_conversation_arriving_together_share_its_reads_and_wr
 
     asyncio.run(together())
     assert r.exists("conv") and r.latest("conv") is None
-    assert sorted(hops) == ["read", "read", "write"]  # the row, whether it exists, the row
+    assert sorted(hops) == ["read", "write"]  # its row, found absent; then the row written
     asyncio.run(request())  # a later request: all from memory
-    assert len(hops) == 3
+    assert len(hops) == 2
     # The conversation stored, a new process's first requests make one read together.
     other, hops[:] = Records(store), []
 

@@ -98,7 +98,6 @@ def test_a_long_agent_session_is_masked_and_compacted(session: tuple[Harness, Sc
     summaries = h.fake.api_requests(MESSAGES, summaries=True)
     assert summaries and not h.fake.all_chat_requests()  # every call in the request's own API
     riding = [b for b in summaries if "tools" in b]  # the calls on the cached prefix
-    print("DBG", outcomes, [sorted(b) for b in summaries])
     assert riding
     for summary in riding:  # the conversation's own system, tools and first messages
         assert summary["system"] == SYSTEM and summary["tools"] == TOOLS

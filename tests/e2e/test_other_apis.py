@@ -41,6 +41,7 @@ def test_messages_stream_relays_events_and_records_cached_usage(
     assert len(texts) == 3 and headers["x-context-compaction"] == "none"
     cached = final.usage.cache_read_input_tokens or 0
     assert cached >= 1024  # the second turn's prefix, served from the fake's cache
+    h.settle()  # a stream's usage is booked after its last event reached the client
     totals = h.state.context.records.usage_totals(conversation_key("acme", "st-1"))
     assert totals["claude-x"]["requests"] == 2
     assert totals["claude-x"]["cached_tokens"] == cached  # read off the streamed events

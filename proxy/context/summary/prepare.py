@@ -26,7 +26,7 @@ from proxy.context.accounting import overhead
 from proxy.context.job import Job
 from proxy.context.records.flights import Flights
 from proxy.context.stages.plan import Plan, plan
-from proxy.context.stages.shared import prefix_hash
+from proxy.context.stages.shared import first_items, prefix_hash
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.summary.compaction import Compacted
 from proxy.context.summary.prepared import PreparedStore, PreparedSummary, lease_name, made_now
@@ -78,9 +78,9 @@ def ripe(job: Job, p: Plan) -> bool:
     window = job.scope.compaction_window
     if p.tokens_after_mask <= policy.compaction.prepare_ratio * window:
         return False
-    req = job.request
-    new = job.known.pairs_for(job.scope.counter, req.messages, req.model)[job.known.unchanged:]
-    growth = sum(tokens for tokens, _ in new)  # counted once already: the counter's cache
+    req = job.request  # this turn's new messages, counted once already (the counter's cache)
+    growth = sum(first_items(job.scope.counter.token_pairs(req.messages[job.known.unchanged:],
+                                                           req.model)))
     return p.tokens_after_mask + growth > policy.compaction.trigger_ratio * window
 
 

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.store.base import Backend, Params, StoreUnavailable, Tx
+from proxy.store.base import Backend, CommitUnknown, Params, StoreUnavailable, Tx
 from proxy.store.health import StoreHealth
 from proxy.store.keys import Keys
 from proxy.store.schema import MIGRATIONS
@@ -118,12 +118,16 @@ class Store:
     def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
+        except CommitUnknown as e:  # perhaps committed: a repeat could apply it twice
+            raise StoreUnavailable(f"{type(e.__cause__).__name__} at commit") from e
         except self.backend.busy as e:  # every connection in use: slow, not unreachable
             raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient:
             self.backend.recover()
         try:
             return fn(*args)
+        except CommitUnknown as e:
+            raise StoreUnavailable(f"{type(e.__cause__).__name__} at commit") from e
         except self.backend.busy as e:
             raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient as e:

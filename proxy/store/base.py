@@ -77,6 +77,12 @@ class StoreUnavailable(ApiError):
         self.pending = pending
 
 
+class CommitUnknown(Exception):
+    """The connection broke while a write transaction's COMMIT was on its way: it may have
+    committed or not. Never repeated blindly (a repeat could apply the write twice); a write
+    that must survive this carries its own idempotency key (the usage batches do)."""
+
+
 class Row(tuple[Any, ...]):
     """A PostgreSQL row that, like ``sqlite3.Row``, answers by position and by column name."""
 

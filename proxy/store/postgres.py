@@ -10,8 +10,9 @@ starting at once apply each one exactly once.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +20,7 @@ import psycopg
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from proxy.store.base import Params, Row, Tx, to_pyformat
+from proxy.store.base import CommitUnknown, Params, Row, Tx, to_pyformat
 from proxy.store.schema import MIGRATIONS, MIGRATIONS_TABLE, TYPES, Migration, apply_pending
 from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
 
@@ -28,6 +29,7 @@ POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
 PROBE_POOL_WAIT_S = 0.1  # a probe's wait for a pooled connection before the pool is renewed
 # Once a connection has failed, how long to wait for another until one works again.
 FAILING_TIMEOUT_S = 0.25
+DROPPED_WITHIN_S = 0.5  # a connection the server closed fails at once; a stalled one does not
 # A silent partition (packets dropped, no reset) is seen by the kernel in seconds: keepalive
 # probes after 2 s idle, 1 s apart, 3 missed; unacknowledged data gives up after 4 s.
 LINK_SETTINGS: dict[str, Any] = {
@@ -80,6 +82,12 @@ def _rows(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
         return Row(names, values)
 
     return make
+
+
+def _dropped(conn: psycopg.Connection[Any], started: float) -> bool:
+    """Whether ``conn`` failed as one the server had already closed does: at once, not after
+    a stall the watchdog ended (the next connection would stall as long)."""
+    return conn.broken and time.monotonic() - started < DROPPED_WITHIN_S
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -157,18 +165,52 @@ class PostgresBackend:
             self._renew_pool()
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with self._connection() as conn, conn.transaction():
-            yield PgTx(conn)
+    def _unit(self, begin: str, writes: bool) -> Iterator[Tx]:
+        """One transaction on a pooled connection. A connection found broken at ``BEGIN`` (the
+        server ended it while it sat in the pool: a restart, a fail-over, an administrator) is
+        dropped and the next one tried, since nothing of the unit was sent yet; a break at
+        ``COMMIT`` of a write is ``CommitUnknown``."""
+        for attempt in range(self.pool_size + 1):
+            with self._connection() as conn:
+                started = time.monotonic()
+                try:
+                    conn.execute(begin)
+                except psycopg.OperationalError:
+                    if _dropped(conn, started) and attempt < self.pool_size:
+                        continue  # the pool discards it on its return
+                    raise
+                try:
+                    yield PgTx(conn)
+                except BaseException:
+                    if not conn.broken:
+                        conn.execute("ROLLBACK")
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.OperationalError as e:
+                    if writes and conn.broken:
+                        raise CommitUnknown() from e
+                    raise
+                return
 
-    @contextmanager
-    def snapshot(self) -> Iterator[Tx]:
+    def transaction(self) -> AbstractContextManager[Tx]:
+        return self._unit("BEGIN", writes=True)
+
+    def snapshot(self) -> AbstractContextManager[Tx]:
         """A read-only transaction that sees one moment (the rows and versions agree)."""
-        with self._connection() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield PgTx(conn)
+        return self._unit("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", writes=False)
 
     def read(self, sql: str, params: Params) -> list[Any]:
+        """One statement's rows; like ``BEGIN``, tried on the next connection should the
+        server have dropped this one (a read is safe to repeat)."""
+        for _ in range(self.pool_size):
+            with self._connection() as conn:
+                started = time.monotonic()
+                try:
+                    return PgTx(conn).execute(sql, params).fetchall()
+                except psycopg.OperationalError:
+                    if not _dropped(conn, started):
+                        raise
         with self._connection() as conn:
             return PgTx(conn).execute(sql, params).fetchall()
 

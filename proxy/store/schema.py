@@ -132,6 +132,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "prefix_hash {text} NOT NULL, covered {int} NOT NULL, preserved {text} NOT NULL, "
         "summary {text} NOT NULL, summary_model {text}, summary_tokens {int}, "
         "truncated {int} NOT NULL DEFAULT 0, created_at {real})",)),
+    # The usage batches applied (``proxy.context.records.batches``): a flush whose outcome was
+    # unknown is offered again and skipped if its id is here. Ids are purged after a day.
+    Migration("012_usage_batches", (
+        "CREATE TABLE usage_batches (id {text} PRIMARY KEY, at {real} NOT NULL)",
+        "CREATE INDEX idx_usage_batches_at ON usage_batches (at)")),
 )
 
 

@@ -1,8 +1,8 @@
 """The PostgreSQL backend on a real server, without the proxy: transactions commit or roll back
-whole, snapshots are read-only, rows answer by name and position, broken pooled connections
-are dropped by ``recover``, and nothing it prints carries the URL's password (its migrations:
-``test_schema.py``; a proxy on it through outages: ``test_store_outage.py``). These run in both
-suite runs: PostgreSQL is always there."""
+whole, snapshots are read-only, rows answer by name and position, connections the server
+dropped are replaced unseen, a break at COMMIT is an unknown outcome, and nothing it prints
+carries the URL's password (its migrations: ``test_schema.py``; a proxy on it through outages:
+``test_store_outage.py``). These run in both suite runs: PostgreSQL is always there."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from pgtest import SERVER_URL, fresh_schema
 
-from proxy.store.base import Tx
+from proxy.store.base import CommitUnknown, Tx
 from proxy.store.postgres import PostgresBackend, connect, public_url, scrub
 
 
@@ -93,18 +93,47 @@ def test_a_lock_serializes_transactions_that_take_it(backend: PostgresBackend) -
     assert order == ["first", "second"]
 
 
-def test_recover_drops_pooled_connections_the_server_cut(backend: PostgresBackend) -> None:
-    assert backend.read("SELECT 1 AS one", ())[0]["one"] == 1
+def _cut_all(backend: PostgresBackend) -> int:
     name = urlsplit(backend.url).query.rsplit("=", 1)[1]
     with connect(SERVER_URL) as conn:
-        cut = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                           "WHERE application_name = %s", [name]).fetchone()[0]
-    assert cut >= 1
-    with pytest.raises(psycopg.OperationalError):
-        backend.read("SELECT 1", ())
+        cut: int = conn.execute("SELECT count(pg_terminate_backend(pid, 5000)) FROM "
+                                "pg_stat_activity WHERE application_name = %s",
+                                [name]).fetchone()[0]
+    return cut
+
+
+def _fill_pool(backend: PostgresBackend) -> None:
+    """Hold both pooled connections at once, so the pool keeps two."""
+    with backend.pool.connection() as a, backend.pool.connection() as b:
+        a.execute("SELECT 1")
+        b.execute("SELECT 1")
+
+
+def test_connections_the_server_dropped_are_replaced_unseen(backend: PostgresBackend) -> None:
+    _fill_pool(backend)
+    assert _cut_all(backend) == 2
+    assert backend.read("SELECT 1 AS one", ())[0]["one"] == 1  # a read: tried on the next
+    _fill_pool(backend)
+    assert _cut_all(backend) == 2
+    with backend.transaction() as tx:  # a write: broken at BEGIN, nothing of it was sent
+        _insert(tx, "after-the-cut")
+    assert backend.read("SELECT value FROM meta WHERE name = 'after-the-cut'", ()) == [(7,)]
     backend.recover()
-    assert backend.read("SELECT 1 AS one", ())[0]["one"] == 1
     backend.probe()
+
+
+def test_a_connection_lost_at_commit_is_an_unknown_outcome(backend: PostgresBackend) -> None:
+    with pytest.raises(CommitUnknown), backend.transaction() as tx:
+        _insert(tx, "in-doubt")
+        pid = tx.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with connect(SERVER_URL) as other:  # the server ends it before the COMMIT arrives
+            other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+    assert backend.read("SELECT name FROM meta WHERE name = 'in-doubt'", ()) == []
+    # a read-only one is never in doubt: it simply fails
+    with pytest.raises(psycopg.OperationalError), backend.snapshot() as tx:
+        pid = tx.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with connect(SERVER_URL) as other:
+            other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
 
 
 def test_describe_names_the_server_without_credentials(schema_url: str) -> None:

@@ -115,7 +115,7 @@ def test_released_migrations_keep_their_names_and_new_ones_are_appended() -> Non
     assert NAMES == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
         "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
-        "009_console_signouts", "010_costs", "011_prepared_summaries"]
+        "009_console_signouts", "010_costs", "011_prepared_summaries", "012_usage_batches"]
 
 
 def test_every_column_type_is_written_as_a_placeholder() -> None:
@@ -154,7 +154,7 @@ def test_a_fresh_sqlite_file_and_a_fresh_postgres_schema_have_the_same_schema(
     assert set(lite_schema) == {
         "_migrations", "keys", "meta", "policy_layers", "conversations", "compactions",
         "spills", "usage_totals", "usage_hourly", "leases", "learned_windows",
-        "console_signouts", "prepared_summaries"}
+        "console_signouts", "prepared_summaries", "usage_batches"}
     assert lite_schema["usage_hourly"]["cost_spent_usd"] == ("real", True, False, "0")
     assert lite_schema["policy_layers"]["user"] == ("text", True, True, None)
 
@@ -165,7 +165,9 @@ def test_the_released_sqlite_code_made_the_same_columns_as_the_one_list(tmp_path
     ``prepared_summaries.truncated``, which every write sets."""
     Store(tmp_path / "fresh.db").close()
     fresh, fresh_indexes = sqlite_schema(sqlite_db(tmp_path / "fresh.db"))
-    old, old_indexes = sqlite_schema(sqlite_db(tmp_path / "old.db", released("sqlite-011.sql")))
+    old_db = sqlite_db(tmp_path / "old.db", released("sqlite-011.sql"))
+    assert lite.migrate(old_db) == NAMES[11:]  # what came after that release
+    old, old_indexes = sqlite_schema(old_db)
     assert old_indexes == fresh_indexes
     assert old["prepared_summaries"].pop("truncated") == ("int", False, False, None)
     assert fresh["prepared_summaries"].pop("truncated") == ("int", True, False, "0")
@@ -176,6 +178,7 @@ def test_the_released_postgres_code_made_the_same_columns_as_the_one_list(
         schema_url: str) -> None:
     with pg.connect(schema_url) as conn:
         conn.execute(released("postgres-011.sql"))
+        assert pg.migrate(conn) == NAMES[11:]
     old, old_indexes = pg_schema(schema_url)
     with fresh_schema() as other:
         Store(other).close()
@@ -222,11 +225,15 @@ def test_a_released_sqlite_file_at_003_migrates_on_keeping_its_rows(tmp_path: Pa
     assert upgraded == fresh and indexes == fresh_indexes
 
 
-def test_a_released_sqlite_file_at_011_has_nothing_to_apply(tmp_path: Path) -> None:
+def test_a_released_sqlite_file_at_011_applies_only_what_came_after(tmp_path: Path) -> None:
     conn = sqlite_db(tmp_path / "old.db", released("sqlite-011.sql"))
-    before = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    before = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    assert lite.migrate(conn) == NAMES[11:]
+    after = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    assert set(before) <= set(after)  # nothing it had changed
+    assert {n for n, _ in set(after) - set(before)} == {
+        "usage_batches", "idx_usage_batches_at", "sqlite_autoindex_usage_batches_1"}
     assert lite.migrate(conn) == []
-    assert conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == before
 
 
 def test_a_released_postgres_schema_at_003_migrates_on_keeping_its_rows(schema_url: str
@@ -248,7 +255,7 @@ def test_a_released_postgres_schema_at_003_migrates_on_keeping_its_rows(schema_u
 
 # --- how migrations run ---------------------------------------------------------------------
 
-BROKEN = Migration("012_broken", ("CREATE TABLE half (id {text} PRIMARY KEY)",
+BROKEN = Migration("099_broken", ("CREATE TABLE half (id {text} PRIMARY KEY)",
                                   "ALTER TABLE no_such_table ADD COLUMN x {int}"))
 
 

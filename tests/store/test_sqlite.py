@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.store.schema import MIGRATIONS
 from proxy.store.sqlite import OPEN_ERRORS, SqliteBackend, migrate
 
 
@@ -16,7 +17,7 @@ def test_the_file_is_in_wal_mode_and_migrated(tmp_path: Path) -> None:
     backend = SqliteBackend(tmp_path / "s.db")
     try:
         assert backend.read("PRAGMA journal_mode", ())[0][0] == "wal"
-        assert backend.read("SELECT count(*) FROM _migrations", ())[0][0] == 11
+        assert backend.read("SELECT count(*) FROM _migrations", ())[0][0] == len(MIGRATIONS)
         assert migrate(backend.conn) == []
         assert backend.describe() == f"sqlite {tmp_path / 's.db'}"
     finally:

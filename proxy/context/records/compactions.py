@@ -22,8 +22,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from proxy.context.once import Once
+from proxy.context.records.batches import TOTALS, UsageBook
+from proxy.context.records.batches import purge as purge_batches
+from proxy.context.records.batches import write as write_usage
 from proxy.context.records.deferred import DeferredWrites, Lost, _no_count
-from proxy.context.records.hourly import HourlyUsage
 from proxy.context.stages.mask import Spill
 from proxy.store import Store, StoreUnavailable, Tx
 
@@ -86,12 +88,6 @@ class Usage:
     estimate: int
 
 
-_TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
-           "summary_prompt_tokens", "summary_cached_tokens", "cache_write_tokens",
-           "summary_cache_write_tokens", "cost_spent_usd", "cost_without_usd")
-_WRITTEN, _SPENT = _TOTALS.index("cache_write_tokens"), _TOTALS.index("cost_spent_usd")
-
-
 class Records:
     def __init__(self, store: Store, lost: Lost = _no_count) -> None:
         self.store = store
@@ -102,9 +98,8 @@ class Records:
         # True: stored; False: the last read found it not stored (``ensure`` need not ask)
         self._known: OrderedDict[str, bool] = OrderedDict()
         self._refreshing, self._ensuring = Once(), Once()
-        # Upstream usage not yet written: (org, conversation, model) -> the _TOTALS deltas.
-        self._pending: dict[tuple[str, str, str], list[float]] = {}
-        self.hourly = HourlyUsage()  # per organization and hour; flushed with the totals
+        self.book = UsageBook()  # upstream usage not known to be written
+        self.hourly = self.book.hourly  # per organization and hour; flushed with the totals
         self.shared = store.kind == "postgres"  # other processes may write the same rows
 
     @staticmethod
@@ -299,7 +294,10 @@ class Records:
                 "content": row["content"]}
 
     async def purge_expired(self) -> int:
+        """Drop the spills past their expiry (and the old usage batch ids); return how many
+        spills."""
         def write(tx: Tx) -> int:
+            purge_batches(tx)
             return int(tx.execute("DELETE FROM spills WHERE expires_at <= ?",
                                   [time.time()]).rowcount)
 
@@ -335,66 +333,34 @@ class Records:
         not cost a disk write per turn)."""
         self.hourly.upstream(org, user, prompt_tokens, cached_tokens, written=written,
                              spent=spent, without=without)
-        row = self._pending.setdefault((org, conversation, model), [0] * len(_TOTALS))
-        at = 3 if summary else 0
-        row[at] += 1
-        row[at + 1] += prompt_tokens
-        row[at + 2] += cached_tokens
-        row[_WRITTEN + summary] += written
-        row[_SPENT] += spent
-        row[_SPENT + 1] += without
+        self.book.add((org, conversation, model), prompt_tokens, cached_tokens,
+                      written=written, summary=summary, spent=spent, without=without)
 
     async def flush_usage(self) -> None:
-        """Write the usage counted since the last flush, in one transaction."""
-        if not self._pending and not self.hourly.rows and not self.hourly.turns:
+        """Write the usage counted since the last flush (and any batch whose write had an
+        unknown outcome), in one transaction: each batch exactly once."""
+        batches = self.book.take()
+        if not batches:
             return
-        pending, self._pending = self._pending, {}
-        hourly = self.hourly.take()
-        now = time.time()
-        assignments = ", ".join(f"{c} = usage_totals.{c} + excluded.{c}" for c in _TOTALS)
-
-        def write(tx: Tx) -> None:
-            # Rows are written in one global order (conversations by id, then the totals by
-            # key, then the hours), so two replicas' flushes never wait on each other in a
-            # cycle: PostgreSQL would otherwise end one of them as a deadlock.
-            orgs = {conversation: org for org, conversation, _ in pending}
-            for conversation in sorted({*orgs, *hourly.turns}):
-                if conversation in orgs:
-                    self._touch(tx, orgs[conversation], conversation)
-                hourly.write_turn(tx, conversation)
-            for (_, conversation, model), deltas in sorted(
-                    pending.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-                tx.execute(
-                    f"INSERT INTO usage_totals (conversation, model, {', '.join(_TOTALS)}, "
-                    f"updated_at) VALUES (?, ?, {', '.join('?' * len(_TOTALS))}, ?) "
-                    f"ON CONFLICT(conversation, model) DO UPDATE SET {assignments}, "
-                    "updated_at = excluded.updated_at",
-                    [conversation, model, *deltas, now])
-            hourly.write_rows(tx)
-
         try:  # background work: no deadline, the outcome decides whether figures are kept
-            await self.store.write_aside(write)
-        except BaseException:
-            self.hourly.restore(hourly)
-            for key, deltas in pending.items():  # keep them for the next flush
-                row: list[float] = self._pending.setdefault(key, [0] * len(_TOTALS))
-                for i, d in enumerate(deltas):
-                    row[i] += d
+            await self.store.write_aside(write_usage, batches, self._touch)
+        except BaseException as e:
+            self.book.failed(batches, e)
             raise
+        self.book.written(batches)
 
     def pending_usage(self) -> int:
         """How many conversation and model rows of usage are counted but not written."""
-        return len(self._pending) + len(self.hourly.rows)
+        return self.book.pending()
 
     def usage_totals(self, conversation: str) -> dict[str, dict[str, float]]:
         """Model -> the conversation's totals (written and pending; money in US dollars)."""
         rows = self.store.read(
-            f"SELECT model, {', '.join(_TOTALS)} FROM usage_totals WHERE conversation = ?",
+            f"SELECT model, {', '.join(TOTALS)} FROM usage_totals WHERE conversation = ?",
             [conversation])
-        out = {r[0]: dict(zip(_TOTALS, r[1:], strict=True)) for r in rows}
-        for (_, conv, model), deltas in self._pending.items():
-            if conv == conversation:
-                row = out.setdefault(model, dict.fromkeys(_TOTALS, 0.0))
-                for name, d in zip(_TOTALS, deltas, strict=True):
-                    row[name] += d
+        out = {r[0]: dict(zip(TOTALS, r[1:], strict=True)) for r in rows}
+        for model, deltas in self.book.pending_totals(conversation):
+            row = out.setdefault(model, dict.fromkeys(TOTALS, 0.0))
+            for name, d in zip(TOTALS, deltas, strict=True):
+                row[name] += d
         return out

@@ -117,17 +117,19 @@ class Store:
 
     def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return fn(*args)
+            return self._twice(fn, *args)
         except CommitUnknown as e:  # perhaps committed: a repeat could apply it twice
             raise StoreUnavailable(f"{type(e.__cause__).__name__} at commit") from e
+
+    def _twice(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
         except self.backend.busy as e:  # every connection in use: slow, not unreachable
             raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient:
             self.backend.recover()
         try:
             return fn(*args)
-        except CommitUnknown as e:
-            raise StoreUnavailable(f"{type(e.__cause__).__name__} at commit") from e
         except self.backend.busy as e:
             raise StoreUnavailable(type(e).__name__, late=True) from e
         except self.backend.transient as e:

@@ -9,11 +9,12 @@ starting at once apply each one exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -23,6 +24,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from proxy.store.base import CommitUnknown, Params, Row, Tx, to_pyformat
 from proxy.store.schema import MIGRATIONS, MIGRATIONS_TABLE, TYPES, Migration, apply_pending
 from proxy.store.watchdog import PROBE_LIMIT_S, Watchdog
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 2  # a database that does not answer: libpq's floor (it rounds up to 2)
 POOL_TIMEOUT_S = 2.0  # how long a worker thread waits for a pooled connection
@@ -165,33 +168,42 @@ class PostgresBackend:
             self._renew_pool()
 
     @contextmanager
-    def _unit(self, begin: str, writes: bool) -> Iterator[Tx]:
-        """One transaction on a pooled connection. A connection found broken at ``BEGIN`` (the
-        server ended it while it sat in the pool: a restart, a fail-over, an administrator) is
-        dropped and the next one tried, since nothing of the unit was sent yet; a break at
-        ``COMMIT`` of a write is ``CommitUnknown``."""
+    def _live(self, first: Callable[[psycopg.Connection[Row]], T]
+              ) -> Iterator[tuple[psycopg.Connection[Row], T]]:
+        """A pooled connection and what ``first(conn)`` answered on it. ``first`` must be safe
+        to repeat (``BEGIN``, a read): a connection found broken by it at once (the server
+        ended it while it sat in the pool: a restart, a fail-over, an administrator) is
+        dropped and the next one tried, up to the pool's size."""
         for attempt in range(self.pool_size + 1):
             with self._connection() as conn:
                 started = time.monotonic()
                 try:
-                    conn.execute(begin)
+                    answer = first(conn)
                 except psycopg.OperationalError:
                     if _dropped(conn, started) and attempt < self.pool_size:
                         continue  # the pool discards it on its return
                     raise
-                try:
-                    yield PgTx(conn)
-                except BaseException:
-                    if not conn.broken:
-                        conn.execute("ROLLBACK")
-                    raise
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.OperationalError as e:
-                    if writes and conn.broken:
-                        raise CommitUnknown() from e
-                    raise
+                yield conn, answer
                 return
+
+    @contextmanager
+    def _unit(self, begin: str, writes: bool) -> Iterator[Tx]:
+        """One transaction on a live pooled connection (``_live``); a break at ``COMMIT`` of
+        a write is ``CommitUnknown``."""
+        with self._live(lambda conn: conn.execute(begin)) as (conn, _):
+            try:
+                yield PgTx(conn)
+            except BaseException:
+                if not conn.broken:  # else the server already rolled it back
+                    with contextlib.suppress(psycopg.Error):  # the body's error is the one
+                        conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.OperationalError as e:
+                if writes and conn.broken:
+                    raise CommitUnknown() from e
+                raise
 
     def transaction(self) -> AbstractContextManager[Tx]:
         return self._unit("BEGIN", writes=True)
@@ -201,18 +213,10 @@ class PostgresBackend:
         return self._unit("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", writes=False)
 
     def read(self, sql: str, params: Params) -> list[Any]:
-        """One statement's rows; like ``BEGIN``, tried on the next connection should the
-        server have dropped this one (a read is safe to repeat)."""
-        for _ in range(self.pool_size):
-            with self._connection() as conn:
-                started = time.monotonic()
-                try:
-                    return PgTx(conn).execute(sql, params).fetchall()
-                except psycopg.OperationalError:
-                    if not _dropped(conn, started):
-                        raise
-        with self._connection() as conn:
-            return PgTx(conn).execute(sql, params).fetchall()
+        """One statement's rows, on a live pooled connection (``_live``: a read is safe to
+        repeat)."""
+        with self._live(lambda conn: PgTx(conn).execute(sql, params).fetchall()) as (_, rows):
+            return rows
 
     def recover(self) -> None:
         """Drop the pooled connections that broke (a restarted or failed-over server): each

@@ -6,11 +6,12 @@ the request path without I/O and written every few seconds in one transaction (a
 conversation does not cost a write per turn).
 
 Every batch carries a random id, recorded in ``usage_batches`` by the transaction that applies
-it. A write whose outcome is unknown (the connection broke while its COMMIT was on the way) is
-kept with its id and offered again, before newer figures, at the next flush; the store skips a
-batch whose id it already holds. So an outage neither loses the figures nor counts them twice.
-A write that surely did not commit is folded back into the figures of the next batch. The ids
-are kept for ``BATCH_IDS_KEPT_S`` (far beyond any outage a running process waits out).
+it. A write whose outcome is unknown (the connection broke while its COMMIT was on the way, or
+the flush stopped waiting for it while it still ran) is kept with its id and offered again,
+before newer figures, at the next flush; the store skips a batch whose id it already holds. So
+an outage neither loses the figures nor counts them twice. A write that surely did not commit
+is folded back into the figures of the next batch. The ids are kept for ``BATCH_IDS_KEPT_S``
+(far beyond any outage a running process waits out).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.context.records.hourly import HourlyUsage
-from proxy.store import Tx
+from proxy.store import StoreUnavailable, Tx
 from proxy.store.base import CommitUnknown
 
 TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
@@ -55,10 +56,13 @@ class Batch:
 
 
 def _unknown(error: BaseException) -> bool:
-    """Whether ``error`` (or what caused it) says the write may have committed."""
+    """Whether ``error`` (or what caused it) says the write may have committed: its COMMIT
+    lost its answer, or it still runs on its thread (the wait for it ended first: the store
+    was found down meanwhile)."""
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, CommitUnknown):
+        if isinstance(seen, CommitUnknown) or (
+                isinstance(seen, StoreUnavailable) and seen.pending is not None):
             return True
         seen = seen.__cause__
     return False
@@ -95,8 +99,9 @@ class UsageBook:
     def failed(self, batches: list[Batch], error: BaseException) -> None:
         """Keep the batches of a failed write: a new one that may have committed stays whole
         under its id; one that surely did not is folded into the next."""
+        unknown = _unknown(error)
         for batch in (b for b in batches if b not in self.unconfirmed):
-            if _unknown(error):
+            if unknown:
                 self.unconfirmed.append(batch)
             else:  # counted since belongs with it: sums, and newer turns win
                 self.current.absorb(batch)

@@ -5,6 +5,7 @@ surely failed is folded into the next; a batch's newest turn wins; old ids are p
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from proxy.context.records.batches import BATCH_IDS_KEPT_S, TOTALS, Batch, UsageBook, purge, write
 from proxy.context.records.compactions import Records
@@ -54,6 +55,18 @@ def test_a_batch_in_doubt_that_had_committed_is_not_counted_twice(
     t = totals(store)
     assert (t["requests"], t["prompt_tokens"], t["cost_spent_usd"]) == (2, 1010, 1.0)
     assert book.pending() == 0 and not book.take()
+
+
+def test_a_write_still_running_when_the_flush_gave_up_on_it_is_in_doubt(
+        new_store: Callable[[str], Store]) -> None:
+    store, book = new_store("u.db"), UsageBook()
+    count(book, 1000)
+    still_running: Future[None] = Future()  # the store was found down while it ran
+    first = flush(store, book, commits=True,
+                  error=lambda: StoreUnavailable("deadline", pending=still_running, late=True))
+    assert book.unconfirmed == first
+    flush(store, book)
+    assert totals(store)["requests"] == 1
 
 
 def test_a_batch_in_doubt_that_had_not_committed_is_applied_on_the_next_flush(

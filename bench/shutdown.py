@@ -124,7 +124,7 @@ async def main(args: argparse.Namespace) -> int:
                      "CONTEXT_PROXY_PORT": str(port), "CONTEXT_PROXY_HOST": "127.0.0.1",
                      "CONTEXT_PROXY_SHUTDOWN_GRACE_S": str(args.grace_s)})
     store = Store(tmp / "proxy.db")
-    key = store.create_key("acme")[1]
+    key = store.keys.create("acme")[1]
     store.close()
     log = tmp / "proxy.log"
     with log.open("wb") as out_log:

@@ -129,7 +129,7 @@ async def main(args: argparse.Namespace) -> int:
     upstream = (await fake.stdout.readline()).decode().strip()
     proxy = Proxy(tmp, upstream)
     store = Store(tmp / "proxy.db")
-    keys = [store.create_key("acme")[1] for _ in range(args.clients)]
+    keys = [store.keys.create("acme")[1] for _ in range(args.clients)]
     store.close()
     chats, outcomes, stop = bodies(), Counter[str](), asyncio.Event()
     rng = random.Random(args.seed)

@@ -174,7 +174,7 @@ key_store: list[Store] = []
 
 
 def new_key() -> str:
-    return key_store[0].create_key("acme")[1]
+    return key_store[0].keys.create("acme")[1]
 
 
 POLLER = """
@@ -249,6 +249,10 @@ def report(run: Run, returns: list[tuple[str, float]], fwd: ForwarderProcess,
             t += 0.1
         print(f"after the {name} ended: full rate ({base_rate:.0f}/s) again within "
               f"{back if back is not None else float('nan'):.1f} s")
+        if verbose:  # the rate of 200s in each half second around the return
+            rates = [sum(1 for a in run.answers if a[4] == 200 and at + k / 2 <= a[2] + a[3]
+                         < at + (k + 1) / 2) * 2 for k in range(-4, 12)]
+            print(f"  200s per second in each 0.5 s from 2 s before: {rates}")
     print(f"bytes dropped by the partition: {fwd.dropped}")
     if verbose:
         print("answers over the bound, and answers other than 200 outside an outage "
@@ -339,6 +343,9 @@ async def main(args: argparse.Namespace) -> None:
                     async with s.get(r.url(i).removesuffix("/v1") + "/metrics") as m:
                         metrics.append(await m.text())
             report(run, returns, fwd, args.verbose)
+            if args.dump:  # every answer, and the returns, for a closer look
+                Path(args.dump).write_text(json.dumps({"answers": run.answers,
+                                                       "returns": returns}))
             check_store(url, run, metrics)
             print(f"load average (1 min) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end "
                   f"({os.cpu_count()} cores); CPU seconds over the {total:.0f} s: "
@@ -398,6 +405,9 @@ if __name__ == "__main__":
                         help="each seen client sends a request every this many seconds (a "
                              "fixed rate; default: a 50 ms pause after each answer, as much "
                              "as the machine takes)")
+    parser.add_argument("--dump", metavar="FILE",
+                        help="write every answer (phase, kind, start, seconds, status) and "
+                             "the returns' times to FILE as JSON")
     parser.add_argument("--verbose", action="store_true",
                         help="list each answer over the bound and each non-200 outside an "
                              "outage, with its replica and X-Request-Id")

@@ -92,7 +92,10 @@ class Authenticator:
         if self._check is None:  # one check in flight; concurrent requests share it
             self._check = asyncio.ensure_future(self._check_version(now))
         check = self._check
-        if await asyncio.shield(check):  # the check waited out its deadline, so did we
+        # A check the store is slow to answer goes on in its task; the request does not wait
+        # past the store's deadline for it (the cache stands meanwhile).
+        done, _ = await asyncio.wait({check}, timeout=self.store.deadline_s)
+        if check in done and check.result():  # it failed after waiting out its deadline
             self.store.late_here()
         return self._cache
 
@@ -112,9 +115,30 @@ class Authenticator:
         return False
 
     async def _revalidate(self, kv: int) -> None:
-        """After any key write (by any process): check every cached valid key again, in a few
-        reads, and forget the unknown ones. The cache is not emptied: a key write elsewhere
-        must not leave the keys an outage relies on unvouched for."""
+        """After key writes (by any process): read the keys changed since the last check and
+        resolve again the cached entries among them. Each write changes one key and moves the
+        version by one; when the counts disagree (a key written twice, a writer that does not
+        mark its key), every cached key is checked instead (``_revalidate_all``). The cache is
+        never emptied: a key write elsewhere must not leave the keys an outage relies on
+        unvouched for."""
+        if self._keys_version < 0:
+            await self._revalidate_all(kv)
+            return
+        now_kv, changed = await self.store.run(self.store.keys.changed_since, self._keys_version)
+        if now_kv - self._keys_version != len(changed):
+            await self._revalidate_all(now_kv)
+            return
+        if changed:
+            tokens = {e.digest: t for t, e in self._cache.items()}
+            now = time.monotonic()
+            for digest, rec in changed:
+                token = tokens.get(digest)
+                if token is not None:
+                    self._cache[token] = _Entry(self._resolve(rec, token, digest), now, digest)
+        self._keys_version = now_kv
+
+    async def _revalidate_all(self, kv: int) -> None:
+        """Check every cached valid key again, in a few reads, and forget the unknown ones."""
         valid = {e.digest: t for t, e in self._cache.items() if e.principal is not None}
         found = await self.store.run(self._find_keys, list(valid))
         now = time.monotonic()

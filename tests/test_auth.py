@@ -6,6 +6,7 @@ outage seen keys served from memory within the grace while unseen ones get 503."
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -113,3 +114,50 @@ async def test_through_an_outage_seen_keys_are_served_and_unseen_ones_get_503(
             await who(short, seen)
     finally:
         await store.health.close()
+
+
+async def test_a_seen_key_waits_no_longer_than_the_deadline_for_a_slow_version_check(
+        new_store: Callable[[str], Store]) -> None:
+    store = new_store("a.db")
+    _, seen = store.keys.create("acme")
+    auth = Authenticator(store, "proxy_keys", None)
+    await who(auth, seen)
+    gate = threading.Event()
+    versions = store.keys.version
+    store.keys.version = lambda: gate.wait(5) and versions()  # type: ignore[method-assign]
+    store.deadline_s = 0.1
+    await asyncio.sleep(0.06)  # past CHECK_EVERY_S: the next request checks the version
+    try:
+        checking = asyncio.ensure_future(who(auth, seen))
+        done, _ = await asyncio.wait({checking}, timeout=2.0)
+        # Served from the cache while the check goes on (not held for the store's patience).
+        assert checking in done and checking.result().org == "acme"
+        assert auth._check is not None and not auth._check.done()
+    finally:
+        gate.set()
+        await asyncio.sleep(0.05)
+    assert store.up
+
+
+async def test_after_key_writes_elsewhere_only_the_changed_keys_are_read(
+        two_stores: tuple[Store, Store]) -> None:
+    mine, theirs = two_stores
+    auth = Authenticator(mine, "passthrough", None)
+    cached = [theirs.keys.create("acme")[1] for _ in range(5)]
+    for key in (*cached, "sk-client-own"):
+        await who(auth, key)
+    assert (await who(auth, "sk-client-own")).org == DEFAULT_ORG
+    reads: list[int] = []
+    changed_since, find_many = mine.keys.changed_since, mine.keys.find_many
+    mine.keys.changed_since = lambda v: reads.append(v) or changed_since(v)  # type: ignore
+    mine.keys.find_many = lambda hashes: reads.append(-len(hashes)) or find_many(hashes)  # type: ignore
+    theirs.keys.bind("sk-client-own", "globex")  # a cached passthrough key, bound elsewhere
+    for _ in range(100):  # the version is checked every 50 ms: poll, no timing assertion
+        if (await who(auth, "sk-client-own")).org == "globex":
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("a key bound elsewhere was never seen")
+    # One read of the changed keys, none of the five cached ones.
+    assert reads and all(v >= 0 for v in reads)
+    assert [(await who(auth, key)).org for key in cached] == ["acme"] * len(cached)

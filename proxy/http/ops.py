@@ -19,7 +19,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     try:  # a store known to be down answers at once (the gate), else one ping, bounded
-        await state.store.run(state.store.ping, deadline=READY_DEADLINE_S)
+        await state.store.run(state.store.ping, deadline=READY_DEADLINE_S, patience=0)
     except Exception as e:  # the database is the only local dependency
         return web.json_response({"status": "unavailable", "reason": type(e).__name__},
                                  status=503)

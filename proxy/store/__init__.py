@@ -10,8 +10,10 @@ through ``run(fn)`` (any blocking ``fn`` on a reader thread) and ``write(fn)`` (
 the single writer thread), each under a deadline and the outage gate of
 ``proxy.store.health``: the event loop never waits on the database. A transient database error
 (a dropped connection) is retried once; a second failure, a missed deadline or a store known
-to be down raises ``StoreUnavailable``, answered as a 503 ``store_unavailable``. A request
-waits out one deadline at most: once one of its calls was late, its further calls (with the
+to be down raises ``StoreUnavailable``, answered as a 503 ``store_unavailable``. A call that
+outlives its deadline makes the store suspect: it is waited for while a probe judges, failing
+as soon as the store is found down, and answered if it is merely slow (within ``PATIENCE_S``
+more). A request waits out one failed call at most: after it, its further calls (with the
 default deadline) fail at once, and it goes on from memory.
 """
 
@@ -34,13 +36,17 @@ __all__ = ["MIGRATIONS", "Store", "StoreUnavailable", "Tx", "begin_request", "mi
 
 T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
-# How long the event loop's side waits for one store call before it counts the store as down
-# (``deadline=DEFAULT`` below). Indexed reads and small writes take milliseconds; this is far
-# above a busy database server and still answers an unseen key within 1 s in an outage. A
-# SQLite file does not partition: its deadline only guards against a stuck disk, and a short
-# one would refuse unseen keys on a merely starved machine.
-DEADLINES_S = {"postgres": 0.9, "sqlite": 3.0}
+# How long one store call may take before the store is suspect and a probe judges it
+# (``deadline=DEFAULT`` below). Indexed reads and small writes take milliseconds; a partition is
+# found within this plus the probe's verdict (``health.VERDICT_S``), so an unseen key gets its
+# 503 within 1 s in an outage. A SQLite file does not partition: its deadline only guards
+# against a stuck disk.
+DEADLINES_S = {"postgres": 0.4, "sqlite": 3.0}
 DEFAULT = -1.0
+# A late call on a store the probe found alive (slow: a starved machine, a busy server) is
+# waited for this much longer before it fails: refusing an unseen key then would turn a slow
+# answer into a 503.
+PATIENCE_S = 2.5
 # Threads that run the writes of requests. SQLite takes one write at a time; PostgreSQL takes
 # them side by side (rows and advisory locks keep them apart, as between replicas), and one
 # thread would queue a burst of compactions' claims and dividers behind each other.
@@ -156,7 +162,8 @@ class Store:
         return result
 
     async def _gated(self, executor: ThreadPoolExecutor, deadline: float | None,
-                     fn: Callable[..., T], *args: Any, always: bool = False) -> T:
+                     fn: Callable[..., T], *args: Any, always: bool = False,
+                     patience: float = PATIENCE_S) -> T:
         if not self.health.up:
             raise StoreUnavailable("the store is down")
         if deadline is not None and not always and self.late:
@@ -169,9 +176,13 @@ class Store:
         gone: asyncio.Future[Any] = self.health.gone()
         await asyncio.wait({waiting, gone}, timeout=deadline,
                            return_when=asyncio.FIRST_COMPLETED)
+        if not job.done() and not gone.done() and deadline is not None:
+            # Suspect, not down: a probe judges meanwhile, and ``gone`` ends the wait at once
+            # if it finds the store unreachable.
+            self.health.late(f"no answer in {deadline} s")
+            await asyncio.wait({waiting, gone}, timeout=patience,
+                               return_when=asyncio.FIRST_COMPLETED)
         if not job.done():  # the thread goes on (it cannot be stopped); the loop does not wait
-            if not gone.done():
-                self.health.late(f"no answer in {deadline} s")
             self.late_here()
             raise StoreUnavailable("deadline", pending=job, late=True)
         try:  # done in its thread, if perhaps not yet seen by the loop (a loop slow to wake)
@@ -208,10 +219,11 @@ class Store:
         return fn(*args)
 
     async def run(self, fn: Callable[..., T], *args: Any,
-                  deadline: float | None = DEFAULT) -> T:
+                  deadline: float | None = DEFAULT, patience: float = PATIENCE_S) -> T:
         """Blocking ``fn(*args)`` (reads: ``read``, ``snapshot``, a query function) on a reader
-        thread; ``StoreUnavailable`` once ``deadline`` passes or while the store is down."""
-        return await self._gated(self._readers, deadline, fn, *args)
+        thread; ``StoreUnavailable`` while the store is down, once it is found down, or when
+        the call outlived ``deadline`` and then ``patience`` more."""
+        return await self._gated(self._readers, deadline, fn, *args, patience=patience)
 
     async def write(self, fn: Callable[..., T], *args: Any,
                     deadline: float | None = DEFAULT, always: bool = False) -> T:

@@ -31,8 +31,8 @@ log = logging.getLogger("context_proxy.store")
 PROBE_EVERY_S = 0.25  # while down, how often the database is asked whether it answers again
 PROBES = 12  # a probe sent into a partition hangs for the connect timeout (2 s)
 # After a late call: how long a verdict probe may go unanswered, with no other call answering
-# either, before the store counts as down. With the 0.9 s deadline, a silent partition is
-# declared within 1.5 s of the first call it swallowed.
+# either, before the store counts as down. With the 0.4 s deadline, a silent partition is
+# declared within 0.9 s of the first call it swallowed.
 VERDICT_S = 0.5
 VERDICT_TICK_S = 0.05  # how often a verdict looks whether another call answered meanwhile
 # Down again this soon after coming back: the same outage, not a new one worth two more lines.

@@ -2,8 +2,9 @@
 
 A key is stored only as its SHA-256 (``hash_key``); the plaintext of an issued key is returned
 once and never kept. Every write also moves the ``keys_version`` row of table ``meta`` in the
-same transaction, so every process (the server's key cache, ``proxy.auth``) notices a change
-made by any other (the CLI, another replica) with one indexed read.
+same transaction, and marks its key with the new version (``changed_version``, migration 013),
+so every process (the server's key cache, ``proxy.auth``) notices a change made by any other
+(the CLI, another replica) with one indexed read, and reads only the keys changed since.
 
 ``Keys`` methods block (the CLI, worker threads); the server reaches them through
 ``Store.run``. ``key_counts`` takes an open transaction, for ``Store.snapshot``.
@@ -42,8 +43,11 @@ def _record(row: Any) -> KeyRecord:
                      row["revoked_at"])
 
 
-def _bump_version(tx: Tx) -> None:
+def _bump_version(tx: Tx, key_id: str) -> None:
+    """Move ``keys_version`` on, and mark key ``key_id`` as changed at the new version."""
     tx.execute("UPDATE meta SET value = value + 1 WHERE name = 'keys_version'")
+    tx.execute("UPDATE keys SET changed_version = (SELECT value FROM meta "
+               "WHERE name = 'keys_version') WHERE id = ?", [key_id])
 
 
 def key_counts(tx: Tx) -> dict[str, int]:
@@ -76,7 +80,7 @@ class Keys:
             tx.execute('INSERT INTO keys (id, key_hash, org, "user", kind, created_at, '
                        'revoked_at) VALUES (?, ?, ?, ?, ?, ?, NULL)',
                        [rec.id, hash_key(plaintext), org, user, kind, rec.created_at])
-            _bump_version(tx)
+            _bump_version(tx, rec.id)
 
         self.store.atomic(insert)
         self.writes += 1
@@ -92,7 +96,7 @@ class Keys:
             cur = tx.execute("UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
                              [time.time(), key_id])
             if cur.rowcount > 0:
-                _bump_version(tx)
+                _bump_version(tx, key_id)
             return cur.rowcount > 0
 
         changed = self.store.atomic(revoke)
@@ -114,3 +118,14 @@ class Keys:
     def version(self) -> int:
         """The ``keys_version`` counter: it moves on every key write, by any process."""
         return self.store.versions()["keys_version"]
+
+    def changed_since(self, version: int) -> tuple[int, list[tuple[str, KeyRecord]]]:
+        """The ``keys_version`` now and (hash, record) of every key written after ``version``,
+        read together (one snapshot)."""
+        def read(tx: Tx) -> tuple[int, list[tuple[str, KeyRecord]]]:
+            row = tx.execute("SELECT value FROM meta WHERE name = 'keys_version'").fetchone()
+            rows = tx.execute("SELECT * FROM keys WHERE changed_version > ?",
+                              [version]).fetchall()
+            return int(row[0]), [(r["key_hash"], _record(r)) for r in rows]
+
+        return self.store.snapshot(read)

@@ -137,6 +137,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("012_usage_batches", (
         "CREATE TABLE usage_batches (id {text} PRIMARY KEY, at {real} NOT NULL)",
         "CREATE INDEX idx_usage_batches_at ON usage_batches (at)")),
+    # Each key write marks its key with the keys_version it moved the counter to, so a key
+    # cache reads only the keys changed since its last check, not every key it holds.
+    Migration("013_keys_changed", (
+        "ALTER TABLE keys ADD COLUMN changed_version {int} NOT NULL DEFAULT 0",
+        "CREATE INDEX idx_keys_changed_version ON keys (changed_version)")),
 )
 
 

@@ -115,7 +115,8 @@ def test_released_migrations_keep_their_names_and_new_ones_are_appended() -> Non
     assert NAMES == [
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
         "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
-        "009_console_signouts", "010_costs", "011_prepared_summaries", "012_usage_batches"]
+        "009_console_signouts", "010_costs", "011_prepared_summaries", "012_usage_batches",
+        "013_keys_changed"]
 
 
 def test_every_column_type_is_written_as_a_placeholder() -> None:
@@ -230,9 +231,13 @@ def test_a_released_sqlite_file_at_011_applies_only_what_came_after(tmp_path: Pa
     before = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
     assert lite.migrate(conn) == NAMES[11:]
     after = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
-    assert set(before) <= set(after)  # nothing it had changed
+    # Nothing it had changed but the keys table, which gained a column.
+    assert {b for b in before if b[0] != "keys"} <= set(after)
+    keys = dict(after)["keys"]
+    assert keys.startswith(dict(before)["keys"].rstrip(")")) and "changed_version" in keys
     assert {n for n, _ in set(after) - set(before)} == {
-        "usage_batches", "idx_usage_batches_at", "sqlite_autoindex_usage_batches_1"}
+        "keys", "usage_batches", "idx_usage_batches_at", "sqlite_autoindex_usage_batches_1",
+        "idx_keys_changed_version"}
     assert lite.migrate(conn) == []
 
 

@@ -80,7 +80,7 @@ async def test_a_missed_deadline_is_a_late_answer_not_an_outage_while_the_store_
         new_store: Callable[[str], Store]) -> None:
     store = new_store("s.db")
     with pytest.raises(StoreUnavailable) as late:
-        await store.run(time.sleep, 0.5, deadline=0.05)
+        await store.run(time.sleep, 0.5, deadline=0.05, patience=0.05)
     assert late.value.detail == "deadline" and late.value.pending is not None and late.value.late
     for _ in range(200):  # a probe decides; poll, no timing assertion
         if store.health.verdicts:

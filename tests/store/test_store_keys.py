@@ -71,3 +71,18 @@ def test_key_counts_are_active_keys_per_organization(new_store: Callable[[str], 
     store.keys.bind("sk-x", "beta")
     store.keys.revoke(gone.id)
     assert store.snapshot(key_counts) == {"acme": 2, "beta": 1}
+
+
+def test_the_keys_changed_since_a_version_are_read_with_the_version(
+        new_store: Callable[[str], Store]) -> None:
+    store = new_store("k.db")
+    old, _ = store.keys.create("acme")
+    since = store.keys.version()
+    new, new_key = store.keys.create("acme")
+    store.keys.revoke(old.id)
+    store.keys.revoke(old.id)  # already revoked: no write, no version
+    version, changed = store.keys.changed_since(since)
+    assert version == since + 2 == store.keys.version()
+    assert sorted(rec.id for _, rec in changed) == sorted([old.id, new.id])
+    assert dict((rec.id, digest) for digest, rec in changed)[new.id] == hash_key(new_key)
+    assert store.keys.changed_since(version) == (version, [])

@@ -47,18 +47,45 @@ async def settle(health: StoreHealth) -> None:
     raise AssertionError("no verdict")
 
 
-async def test_a_slow_call_on_a_live_store_leaves_it_up_and_unseen_keys_are_looked_up(
-        store: Store) -> None:
+async def test_a_slow_call_on_a_live_store_is_answered_and_leaves_it_up(store: Store) -> None:
     _, key = store.keys.create("acme")
-    with pytest.raises(StoreUnavailable) as late:
-        await store.run(blocking(DEADLINE_S * 3))
-    assert late.value.late
+    begin_request()
+    # Past its deadline the call is suspect; the probe finds the store alive, so it is waited
+    # for (a slow answer is not turned into a 503) and the request goes on as usual.
+    assert await store.run(blocking(DEADLINE_S * 3)) == "answered"
     await settle(store.health)
-    # The probe answered: one slow query is not an outage.
     assert store.up and store.health.outages == 0 and store.health.verdicts == 1
-    begin_request()  # another request: it finds the key in the store as usual
+    assert not store.late
     record = await store.run(store.keys.find, hash_key(key))
     assert record is not None and record.org == "acme"
+
+
+async def test_a_call_past_its_deadline_and_its_patience_fails_late(store: Store) -> None:
+    begin_request()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as late:
+        await store.run(blocking(DEADLINE_S * 4), patience=DEADLINE_S)
+    assert late.value.late and store.up
+    assert time.monotonic() - started < DEADLINE_S * 3.5  # it did not wait for the answer
+    assert store.late
+
+
+async def test_a_late_call_on_a_store_the_probe_finds_gone_fails_at_the_verdict(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "store.db")
+    store.deadline_s = DEADLINE_S
+    gate = threading.Event()
+    store.health._ping = lambda: gate.wait(10) and None  # a probe into a partition: no answer
+    begin_request()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await store.run(lambda: gate.wait(10))  # a call the partition swallowed
+    took = time.monotonic() - started
+    # Failed when the verdict found it down (deadline + VERDICT_S), not after its patience.
+    assert DEADLINE_S + VERDICT_S <= took < DEADLINE_S + VERDICT_S + 1.0
+    assert not store.up
+    gate.set()
+    await store.aclose()
 
 
 async def test_another_call_answering_settles_the_verdict_without_the_probe() -> None:
@@ -95,11 +122,11 @@ async def test_a_probe_that_fails_or_never_answers_marks_the_store_down() -> Non
         await health.close()
 
 
-async def test_a_request_waits_out_one_deadline_and_background_work_is_not_held_to_it(
+async def test_a_request_waits_out_one_failed_call_and_background_work_is_not_held_to_it(
         store: Store) -> None:
     begin_request()
     with pytest.raises(StoreUnavailable):
-        await store.run(blocking(DEADLINE_S * 2))
+        await store.run(blocking(DEADLINE_S * 3), patience=0)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="unavailable"):  # at once, without a thread
         await store.run(blocking(0))

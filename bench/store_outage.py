@@ -221,6 +221,11 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
+def rate_of_200s(run: Run, start: float) -> float:
+    """200s per second among the answers that ended in the half second from ``start``."""
+    return 2 * sum(1 for a in run.answers if a[4] == 200 and start <= a[2] + a[3] < start + 0.5)
+
+
 def report(run: Run, returns: list[tuple[str, float]], fwd: ForwarderProcess,
            verbose: bool) -> None:
     print(f"{'phase':<10} {'kind':<6} {'answers':>7} {'200':>5} {'503':>5} {'other':>5} "
@@ -242,16 +247,14 @@ def report(run: Run, returns: list[tuple[str, float]], fwd: ForwarderProcess,
         # first 0.5 s window after the return whose rate of 200s reaches 90% of the baseline
         t, back = at, None
         while t < at + 8:
-            n = sum(1 for a in run.answers if a[4] == 200 and t <= a[2] + a[3] < t + 0.5)
-            if n / 0.5 >= 0.9 * base_rate:
+            if rate_of_200s(run, t) >= 0.9 * base_rate:
                 back = t + 0.5 - at
                 break
             t += 0.1
         print(f"after the {name} ended: full rate ({base_rate:.0f}/s) again within "
               f"{back if back is not None else float('nan'):.1f} s")
-        if verbose:  # the rate of 200s in each half second around the return
-            rates = [sum(1 for a in run.answers if a[4] == 200 and at + k / 2 <= a[2] + a[3]
-                         < at + (k + 1) / 2) * 2 for k in range(-4, 12)]
+        if verbose:  # the rate in each half second around the return
+            rates = [round(rate_of_200s(run, at + k / 2)) for k in range(-4, 12)]
             print(f"  200s per second in each 0.5 s from 2 s before: {rates}")
     print(f"bytes dropped by the partition: {fwd.dropped}")
     if verbose:

@@ -44,8 +44,9 @@ import aiohttp  # noqa: E402
 from _procs import Procs, child_env, tail, wait_http  # noqa: E402
 from _servers import UPSTREAM_KEY, free_port, start_fake  # noqa: E402
 
-ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-          "messages": "/v1/messages"}
+from proxy.apis import APIS  # noqa: E402
+
+ROUTES = {name: api.route for name, api in APIS.items()}
 WRONG: list[Any] = [["x"], {"a": 1}, 7, -1.5, True, None, "x", 2**70, [[{}]], {"type": []}]
 Body = dict[str, Any]
 DEEP = "\u0000DEEP\u0000"  # stands for a nested value until the body is serialized

@@ -39,11 +39,11 @@ import aiohttp  # noqa: E402
 from _procs import child_env  # noqa: E402
 from _servers import free_port  # noqa: E402
 
+from proxy.apis import APIS  # noqa: E402
 from proxy.store import Store  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream, Fault  # noqa: E402
 
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-         "messages": "/v1/messages"}
+PATHS = {name: api.route for name, api in APIS.items()}
 BODIES: dict[str, dict[str, Any]] = {
     "chat": {"model": "gpt-4o", "messages": [{"role": "user", "content": "count"}]},
     "responses": {"model": "gpt-4o", "input": "count"},

@@ -31,11 +31,11 @@ if str(BENCH.parent) not in sys.path:
 
 import requests  # noqa: E402
 
+from proxy.apis import APIS  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream, Fault  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
 
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-         "messages": "/v1/messages"}
+PATHS = {name: api.route for name, api in APIS.items()}
 BODIES: dict[str, dict[str, Any]] = {
     "chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "responses": {"model": "m", "input": "hi"},

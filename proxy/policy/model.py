@@ -314,14 +314,19 @@ def validate_layer(flat: Mapping[str, Any], where: str | None = None) -> dict[st
     """
     out: dict[str, Any] = {}
     for key, value in flat.items():
-        spec = FIELDS.get(key)
         try:
-            if spec is None:
-                raise PolicyError(key, unknown_field(key))
-            out[key] = spec.check(key, value)
+            out[key] = check_field(key, value)
         except PolicyError as e:
             raise PolicyError(key, e.message + (f" (in {where})" if where else "")) from None
     return out
+
+
+def check_field(key: str, value: Any) -> Any:
+    """One field's normalized value; ``PolicyError`` for an unknown field or a bad value."""
+    spec = FIELDS.get(key)
+    if spec is None:
+        raise PolicyError(key, unknown_field(key))
+    return spec.check(key, value)
 
 
 def _in(where: str | None) -> str:

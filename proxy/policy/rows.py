@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.policy.model import FIELDS, PolicyError, ProtectedRule, unknown_field
+from proxy.policy.model import PolicyError, ProtectedRule, check_field
 from proxy.store.base import Tx
 
 log = logging.getLogger("context_proxy.policy")
@@ -66,11 +66,8 @@ def parse_fields(raw: str, org: str, user: str) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        spec = FIELDS.get(key)
         try:
-            if spec is None:
-                raise PolicyError(key, unknown_field(key))
-            out[key] = spec.check(key, value)
+            out[key] = check_field(key, value)
         except PolicyError as e:
             log.warning("policy layer org=%r user=%r: stored field %r ignored: %s", org, user,
                         key, e.message)

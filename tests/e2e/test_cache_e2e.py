@@ -60,6 +60,18 @@ def play(h: Harness, client: Any, script: Script, spec: agent.AgentSpec, turns: 
     return played
 
 
+def play_masking_off(make_harness: Any, sdk: Any, window: int, output_tokens: tuple[int, int],
+                     fact: str, turns: int) -> tuple[Harness, agent.AgentSpec, list[Turn]]:
+    """A session at ``window`` with masking switched off by the platform, ``fact`` planted in
+    the third turn's tool output."""
+    model, script = f"gpt-4o-w{window // 1000}k", Script()
+    spec = replace(SPEC, output_tokens=output_tokens, facts=((3, f"NOTE: ledger id {fact}."),))
+    layer = validate_layer({"masking.enabled": False})
+    h = make_harness(fake=FakeUpstream(models={model: window}, responder=script.respond),
+                     platform=PlatformConfig(defaults=layer))
+    return h, spec, play(h, sdk(h, h.create_key()), script, spec, turns, model)
+
+
 def cached(usage: dict[str, Any]) -> int:
     return int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
 
@@ -111,13 +123,8 @@ def test_a_compacting_session_rides_the_cache_and_keeps_its_facts(make_harness: 
     """Masking switched off by the platform, 40 turns at 32k: every summary call is served
     mostly from cache, the facts of the covered range reach the upstream through the summary,
     and the system prompt, the task and the newest plan pair stay verbatim on every turn."""
-    model, script = "gpt-4o-w32k", Script()
     fact = "REFUND-LEDGER-3141"
-    spec = replace(SPEC, output_tokens=(800, 2400), facts=((3, f"NOTE: ledger id {fact}."),))
-    layer = validate_layer({"masking.enabled": False})
-    h = make_harness(fake=FakeUpstream(models={model: 32_000}, responder=script.respond),
-                     platform=PlatformConfig(defaults=layer))
-    played = play(h, sdk(h, h.create_key()), script, spec, 40, model)
+    h, spec, played = play_masking_off(make_harness, sdk, 32_000, (800, 2400), fact, 40)
     summaries = [s for t in played for s in t.summaries]
     assert len(summaries) >= 2
     for s in summaries:
@@ -145,13 +152,8 @@ def test_summary_calls_ride_the_covered_range_when_the_whole_list_does_not_fit(
     room for the summary's answer: the summary call sends only the covered range (a prefix of
     the previous request), so it is one call per compaction, served mostly from cache, and the
     facts of the covered range still reach the summary."""
-    model, script = "gpt-4o-w16k", Script()
     fact = "REFUND-LEDGER-2718"
-    spec = replace(SPEC, output_tokens=(1000, 4000), facts=((3, f"NOTE: ledger id {fact}."),))
-    layer = validate_layer({"masking.enabled": False})
-    h = make_harness(fake=FakeUpstream(models={model: 16_000}, responder=script.respond),
-                     platform=PlatformConfig(defaults=layer))
-    played = play(h, sdk(h, h.create_key()), script, spec, 24, model)
+    h, _, played = play_masking_off(make_harness, sdk, 16_000, (1000, 4000), fact, 24)
     compacted = [t for t in played if t.headers["x-context-compaction"] == "auto"]
     assert len(compacted) >= 3
     for t in compacted:

@@ -15,6 +15,8 @@ cache-adjusted cost at a cached price of 0.1 as a ratio to the synchronous desig
     .venv/bin/python bench/compaction_latency.py --only 40x32k --summary-s 1.5 --answer-s 0.4 \
         --prepare-ratio 0.6
     .venv/bin/python bench/compaction_latency.py --only 150x128k --summary-s 10 --answer-s 2
+
+``--per-turn`` also prints every turn's prompt and uncached tokens in each mode.
 """
 
 from __future__ import annotations
@@ -133,6 +135,21 @@ def report(runs: Sequence[Run]) -> None:
           "cost/sync: cache-adjusted cost (cached price 0.1) over the synchronous design's.")
 
 
+def per_turn(runs: Sequence[Run]) -> None:
+    """Each turn's prompt and uncached tokens (thousands) per mode, ``*`` where it compacted:
+    where two modes' costs part, the turns say why (a compaction's place, the list it left)."""
+    for r in runs:
+        turns = [c for c in r.calls if not c.summary]
+        cells = [f"{i}:{c.prompt_tokens // 1000}k/{(c.prompt_tokens - c.cached_tokens) // 1000}k"
+                 f"{'*' if outcome == 'auto' else ''}"
+                 for i, (c, outcome) in enumerate(zip(turns, r.outcomes, strict=False))]
+        summaries = [f"{c.prompt_tokens // 1000}k/{c.cached_tokens // 1000}k"
+                     for c in r.calls if c.summary]
+        print(f"\n{r.session.name} {r.mode} (turn:prompt/uncached; summary calls prompt/cached: "
+              f"{' '.join(summaries) or 'none'})")
+        print(" ".join(cells))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", action="append", help="session name, e.g. 150x128k (repeatable)")
@@ -146,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prepare-ratio", type=float, default=RECOMMENDED_RATIO,
                    help="compaction.prepare_ratio of the prepared mode (default: 0.70, the "
                         "recommended value; the policy's default is off)")
+    p.add_argument("--per-turn", action="store_true",
+                   help="also print each turn's prompt and uncached tokens per mode")
     args = p.parse_args(argv)
     sessions = [s for s in SESSIONS if (not args.only or s.name in args.only)
                 and (args.steps == "both" or str(s.in_steps).lower() == args.steps)]
@@ -160,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs += list(pool.map(partial(_play, s, args.answer_s, summary_s,
                                               args.masking, args.prepare_ratio), MODES))
         report(runs)
+        if args.per_turn:
+            per_turn(runs)
     return 0
 
 

@@ -132,8 +132,10 @@ def test_a_ready_summary_is_applied_at_the_last_turn_under_the_trigger(
 
 def test_preparing_never_changes_what_a_request_sends(make_harness, sdk, tmp_path: Path
                                                       ) -> None:
-    prepared, on = play(make_harness, sdk, tmp_path, 0.6, turns=24)
-    synchronous, off = play(make_harness, sdk, tmp_path, 1.0, turns=24)
+    # (two conversations: both proxies share the test's store, and the second one would reuse
+    # the first one's summaries)
+    prepared, on = play(make_harness, sdk, tmp_path, 0.6, turns=24, conversation="on")
+    synchronous, off = play(make_harness, sdk, tmp_path, 1.0, turns=24, conversation="off")
     first_sync = next(i for i, s in enumerate(off) if s["x-context-compaction"] == "auto")
     first_applied = next(i for i, s in enumerate(on) if s["x-context-compaction"] == "auto")
     sent_on = prepared.fake.chat_requests()

@@ -182,6 +182,22 @@ def _keep_start(tokens: Sequence[int], budget: float) -> int:
     return start
 
 
+def _cut(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]],
+         group_of: list[int], keep_start: int) -> int:
+    """The cut of a keep window starting at ``keep_start``. The newest tool group (or message)
+    always stays: it is what the model acts on next, even when it alone is larger than the keep
+    budget; so does the newest group that holds calls (a note from the user after large
+    results must not leave the results behind)."""
+    return min(bounds[group_of[min(keep_start, len(messages) - 1)]][0],
+               _newest_calls(messages, bounds))
+
+
+def _ahead_cut(bounds: list[tuple[int, int]], group_of: list[int], keep_start: int) -> int:
+    """The cut of a plan made ahead: at the start of the tool group ``keep_start`` falls in,
+    or after the whole list when the keep window is empty."""
+    return bounds[group_of[keep_start]][0] if keep_start < len(group_of) else len(group_of)
+
+
 def plan_compaction(
     messages: Sequence[Mapping[str, Any]],
     scope: Scope,
@@ -189,6 +205,7 @@ def plan_compaction(
     force: bool = False,
     message_tokens: Sequence[int] | None = None,
     lasting: bool = True,
+    ahead: bool = False,
 ) -> CompactionPlan | None:
     """The compaction plan, or ``None`` when compaction is disabled or not triggered.
 
@@ -197,6 +214,10 @@ def plan_compaction(
     ``message_tokens`` may pass counts already made (e.g. ``MaskResult.message_tokens``).
     A compaction that would not last (``_lasts``) waits while the request fills at most
     ``LASTING_CAP`` of the window, unless ``lasting`` is false.
+    ``ahead``: the plan of a summary applied to a later request of the conversation (prepared
+    in the background): the newer messages that request brings stay verbatim after the cut and
+    hold its newest tool group, so the cut follows the keep window alone and may cover the
+    whole list.
     """
     policy = scope.policy
     cp = policy.compaction
@@ -219,11 +240,8 @@ def plan_compaction(
     if not force and total <= trigger:
         return None
     keep_start = _keep_start(tokens, budget)
-    # The newest tool group (or message) always stays: it is what the model acts on next, even
-    # when it alone is larger than the keep budget; so does the newest group that holds calls
-    # (a note from the user after large results must not leave the results behind).
-    cut = min(bounds[group_of[min(keep_start, len(messages) - 1)]][0],
-              _newest_calls(messages, bounds))
+    cut = _ahead_cut(bounds, group_of, keep_start) if ahead else \
+        _cut(messages, bounds, group_of, keep_start)
 
     def kept_before(end: int) -> int:
         return sum(tokens[i] for g in kept for i in range(*bounds[g]) if i < end)

@@ -110,12 +110,14 @@ def apply_prior(messages: Sequence[Mapping[str, Any]], prior: Prior | None, poli
 
 def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | None = None,
          force: bool = False, pairs: Sequence[tuple[int, int]] | None = None,
-         verified: tuple[str, int] | None = None, lasting: bool = True) -> Plan:
+         verified: tuple[str, int] | None = None, lasting: bool = True,
+         ahead: bool = False) -> Plan:
     """Plan one request (see the module docstring). ``force``: a manual compaction, which
     skips the trigger and the no-loop wait. ``pairs``: the per-message (tokens, content
     tokens) of ``messages`` when already counted; ``verified``: a (prefix hash, covered) known
     to match ``messages``. ``lasting`` false: a compaction that would not last does not wait
-    (``plan_compaction``; a summary prepared early plans at a lowered trigger)."""
+    (``plan_compaction``; a summary prepared early plans at a lowered trigger); ``ahead``: the
+    plan is for a summary applied to a later request (``plan_compaction``)."""
     if pairs is None:
         pairs = scope.counter.token_pairs(messages, scope.model)
     if prior is None and not force:
@@ -130,7 +132,7 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
     compaction_at = _compaction_at(view, scope, first_items(view_pairs))
     mask = mask_tool_outputs(view.messages, scope, view_pairs, compaction_at)
     cplan = plan_compaction(mask.messages, scope, force=force, message_tokens=mask.message_tokens,
-                            lasting=lasting)
+                            lasting=lasting, ahead=ahead)
     before = sum(first_items(pairs)) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
     action = _decide(view, cplan, force, scope)

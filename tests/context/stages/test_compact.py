@@ -350,3 +350,22 @@ def test_newest_tool_group_is_kept_even_when_larger_than_the_keep_window() -> No
     assert plan is not None
     assert plan.cut == len(msgs) - 2  # the newest assistant call and its result stay
     assert msgs[plan.cut].get("tool_calls")
+
+
+def test_a_plan_made_ahead_follows_the_keep_window_alone() -> None:
+    counter = TokenCounter()
+    msgs = [system(), user("One long task.")]
+    for t in range(12):
+        msgs += tool_turn("read_file", words(1500, t), {"path": f"f{t}"})
+    # Applied to a later request, whose newer messages stay verbatim after the cut: an empty
+    # keep window covers the whole list, a smaller one than the newest group covers it too.
+    for keep in (0.0, 0.10):
+        ahead = plan_compaction(msgs, Scope(policy(keep_ratio=keep), 8_000, counter, MODEL),
+                                ahead=True, lasting=False)
+        assert ahead is not None and ahead.cut == len(msgs)
+        assert ahead.preserved == (0, 1) and ahead.summarize == tuple(range(2, len(msgs)))
+    # A keep window that holds the newest group: the cut is the same as at the trigger.
+    wide = Scope(policy(keep_ratio=0.25), 8_000, counter, MODEL)
+    ahead = plan_compaction(msgs, wide, ahead=True, lasting=False)
+    now = plan_compaction(msgs, wide, lasting=False)
+    assert ahead is not None and now is not None and ahead.cut == now.cut < len(msgs)

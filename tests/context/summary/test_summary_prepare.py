@@ -12,7 +12,7 @@ from aiohttp import web
 
 from proxy.auth import Principal
 from proxy.context.job import Job
-from proxy.context.summary.prepare import at_prepare_point, matches, preparing
+from proxy.context.summary.prepare import at_prepare_point, covers, matches, preparing
 from proxy.http.parse import check_chat
 from proxy.policy.model import Policy, build_policy, validate_layer
 from proxy.policy.platform import PlatformConfig
@@ -47,16 +47,21 @@ async def test_a_preparation_stores_a_summary_that_fits_the_request(
     preparer = app[STATE].context.preparer
     job = await job_for(app, 6)
     plan = at_prepare_point(job)
-    assert plan.action == "summarize" and 0 < plan.covered <= len(job.request.messages)
+    # Planned ahead with no keep window left (0.10 - the 0.40 of room to the trigger): the
+    # summary covers the whole list; the request that applies it brings its newest turn.
+    assert plan.action == "summarize" and plan.covered == len(job.request.messages)
     assert preparer.start(job, None) is True
     assert preparer.start(job, None) is False  # one per conversation at a time
     task = preparer.running(job.key)
     assert task is not None and preparer.busy
     await task
-    prep = await preparer.usable(job)
-    assert prep is not None and matches(job, prep) and prep.covered == plan.covered
-    assert len(fake_upstream.summary_requests()) == 1
     assert not preparer.busy
+    assert len(fake_upstream.summary_requests()) == 1
+    assert await preparer.usable(job) is None  # nothing after it: not for the same list
+    later = await job_for(app, 7)
+    prep = await preparer.usable(later)
+    assert prep is not None and covers(job, prep) and not matches(job, prep)
+    assert matches(later, prep) and prep.covered == plan.covered
 
 
 async def test_a_failed_preparation_is_counted_and_leaves_nothing(

@@ -6,7 +6,8 @@ cache: it sends the covered range as it is sent (a prefix of the conversation's 
 with the same tools, then what that prefix lacks (the original text of masked outputs in the
 covered range, so a fact buried in one survives) and the instruction last. When those originals
 do not fit beside the prefix, they are first condensed into notes that do (from a transcript of
-them alone, in pieces when long), and the notes go after the prefix instead. When not even the
+them alone, in pieces when long), and the notes go after the prefix instead, if the room beside
+it holds their share of the summary and the notes come back whole. Otherwise, when not even the
 prefix fits, or another model summarizes, the covered range is summarized from a transcript,
 in pieces and then merged when it is long.
 """
@@ -108,7 +109,12 @@ async def _on_prefix(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
     first (``answers`` gets their calls). Without originals to add, a prefix that leaves the
     answer less than the summary's ``max_tokens`` (a large fixed part in a small window) still
     rides the cache when at least ``SHORTEST_ANSWER`` of it fits: a shorter summary on the
-    cached prefix costs less than one from a transcript sent fresh."""
+    cached prefix costs less than one from a transcript sent fresh.
+
+    Notes are not made (``None``) when the room beside the prefix is less than the originals'
+    share of the summary (their part of everything the summary reads): squeezed harder than
+    the summary itself, they would drop what the summary keeps. Notes that came back cut are
+    not used either (``None``, their calls stay in ``answers``): what was cut is lost."""
     counter, model, tools = scope.counter, scope.model, scope.tools
     best = cplan.summary_max_tokens
     results = masked_originals(masked, originals, cplan.summarize)
@@ -118,14 +124,22 @@ async def _on_prefix(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
         return full, best
     if not results:
         return (full, room) if room >= SHORTEST_ANSWER * best else None
-    _, spare = await offload(prefix_prompt, masked, cplan.cut, "", counter, model, tools, window)
-    spare -= best
-    if spare < MIN_NOTES:
+    _, bare = await offload(prefix_prompt, masked, cplan.cut, "", counter, model, tools, window)
+    spare = bare - best
+    if spare < max(MIN_NOTES, NOTES_FRAME + notes_share(best, bare - room, window - room)):
         return None
     notes, made = await summarize_messages(
         results, counter=counter, model=model, summarize=summarize,
         max_tokens=min(spare - NOTES_FRAME, best), summary_window=window, offload=offload)
     answers += made
+    if any(a.truncated for a in made):
+        return None
     prompt, room = await offload(prefix_prompt, masked, cplan.cut, notes, counter, model, tools,
                                  window)
     return (prompt, best) if room >= best else None
+
+
+def notes_share(best: int, originals: int, everything: int) -> int:
+    """The tokens notes on ``originals`` tokens of masked outputs need at the least: their share
+    of a ``best``-token summary of ``everything`` the summary reads (the prefix and them)."""
+    return -(-best * originals // max(everything, 1))

@@ -120,6 +120,12 @@ class Metrics:
             "summary).", ["stage"], registry=r)
         for stage in ("mask", "compact"):
             self.prefix_rewrites.labels(stage)
+        self.reasoning_lost = Counter(
+            "context_proxy_reasoning_lost",
+            "Thinking blocks and reasoning items lost on models that bind reasoning to its "
+            "history, by cause: compaction (the proxy summarized or carried the turns that held "
+            "them), provider (the upstream dropped them, listed in input_transformations).",
+            ["model", "cause"], registry=r)
 
         # --- policies (SPEC section 7) ---
         self.policy_reloads = Counter(
@@ -265,6 +271,10 @@ class Metrics:
             children[3].inc(spent)
         if without:
             children[4].inc(without)
+
+    def reasoning(self, model: str, cause: str, count: int) -> None:
+        """Count ``count`` thinking blocks or reasoning items lost to ``cause``."""
+        self.reasoning_lost.labels(self.model_label(model), cause).inc(count)
 
     def in_flight_for(self, route: str) -> Any:
         """The in-flight gauge child of ``route`` (a route template: few)."""

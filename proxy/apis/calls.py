@@ -21,7 +21,8 @@ class ApiUsageScanner:
     """The usage of a streamed answer of ``api``, from its data lines (``EventCheck`` feeds
     ``line``): the largest prompt reported wins (Anthropic's ``message_start`` and
     ``message_delta``, the Responses API's ``response.completed``), its cache figures with it;
-    the output tokens are the largest reported (Anthropic's last ``message_delta``)."""
+    the output tokens are the largest reported (Anthropic's last ``message_delta``), and so
+    are the reasoning items the provider dropped (``message_start``, ``response.completed``)."""
 
     def __init__(self, api: Api) -> None:
         self.parse = api.usage
@@ -31,9 +32,9 @@ class ApiUsageScanner:
     def line(self, line: bytes) -> None:
         if line.startswith(b"data:") and self.marker in line:
             got, was = self.parse(line[5:]), self.usage
-            if got.prompt >= was.prompt:
-                was = replace(got, output=was.output)
-            self.usage = replace(was, output=max(was.output, got.output))
+            best = got if got.prompt >= was.prompt else was
+            self.usage = replace(best, output=max(was.output, got.output),
+                                 dropped=max(was.dropped, got.dropped))
 
 
 API_HEADERS = ("anthropic-beta", "anthropic-version", "openai-beta")

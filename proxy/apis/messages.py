@@ -25,7 +25,7 @@ from proxy.apis.api import Api, Prompt, SummaryAnswer, check_common, first_int, 
 from proxy.context.adapters import Adapted, anthropic
 from proxy.errors import as_anthropic, bad_request
 from proxy.upstream.client import request_headers
-from proxy.upstream.usage import UpstreamUsage
+from proxy.upstream.usage import UpstreamUsage, dropped_reasoning
 
 ANTHROPIC_VERSION = "2023-06-01"
 STREAM_ERROR = b"event: error\ndata: " + json.dumps({"type": "error", "error": {
@@ -42,7 +42,7 @@ MAX_MARKERS = 4  # cache_control blocks Anthropic accepts in one request
 def usage(data: bytes) -> UpstreamUsage:
     read, written = first_int(_CACHE_READ, data), first_int(_CACHE_WRITE, data)
     return UpstreamUsage(first_int(_INPUT, data) + read + written, read, written,
-                         first_int(_OUTPUT, data))
+                         first_int(_OUTPUT, data), dropped_reasoning(data))
 
 
 def headers(incoming: Mapping[str, str], key: str | None) -> CIMultiDict[str]:

@@ -27,7 +27,7 @@ from proxy.apis.api import (
     summary_fields,
 )
 from proxy.context.adapters import Adapted, openai_responses
-from proxy.upstream.usage import UpstreamUsage
+from proxy.upstream.usage import UpstreamUsage, dropped_reasoning
 
 _INPUT = re.compile(rb'"input_tokens"\s*:\s*([0-9]+)')
 _CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
@@ -37,7 +37,8 @@ _OUTPUT = re.compile(rb'"output_tokens"\s*:\s*([0-9]+)')
 
 def usage(data: bytes) -> UpstreamUsage:
     return UpstreamUsage(first_int(_INPUT, data), first_int(_CACHED, data),
-                         first_int(_WRITTEN, data), first_int(_OUTPUT, data))
+                         first_int(_WRITTEN, data), first_int(_OUTPUT, data),
+                         dropped_reasoning(data))
 
 
 def keeps_history(body: dict[str, Any]) -> bool:

@@ -21,6 +21,7 @@ from proxy.context.accounting import overhead
 from proxy.context.accounting.correction import UsageCorrection
 from proxy.context.accounting.ledger import Ledger
 from proxy.context.accounting.money import Money
+from proxy.context.binding import binds, removed
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
@@ -112,7 +113,8 @@ class ContextService:
         new = self.counter.needs_offload(request.messages[known.unchanged:], request.model,
                                          None if bulk else 0)
         return Job(principal, request, public, key, policy,
-                   Scope(corrected, window, self.counter, request.model, request.tools), ratio,
+                   Scope(corrected, window, self.counter, request.model, request.tools,
+                         bound=binds(request.adapted, request.model, policy)), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
                    force=manual, kind="manual" if manual else "auto", window_source=source)
 
@@ -137,21 +139,27 @@ class ContextService:
         if p.action == "summarize":
             report = await self._at_trigger(job, p, retried)
         else:
+            ahead = retried is None and not job.scope.bound  # see _at_trigger
             early = await self._apply_prepared(job, p, retried) \
-                if retried is None and ripe(job, p) else None
+                if ahead and ripe(job, p) else None
             report = early or self._report(
                 job, p, "insufficient" if p.action == "insufficient"
                 else ("reused" if p.view.prior else "none"), retried)
-            if early is None and not job.force and retried is None:
+            if early is None and not job.force and ahead:
                 self.preparer.consider(job, p)
+        if job.scope.bound and report.outcome in ("auto", "manual"):
+            report = replace(report, reasoning_removed=removed(job.request.adapted, p))
         self._observe(job, report, p)
         return report
 
     async def _at_trigger(self, job: Job, p: Plan, retried: str | None) -> ContextReport:
         """A request past the trigger: apply the prepared summary; else, while the request
         fits the window as it is, send it so and prepare one; else wait for the one being
-        prepared, or compact inline (a manual compaction and an overflow retry always do)."""
-        if job.force or retried is not None or not preparing(job.policy):
+        prepared, or compact inline (a manual compaction and an overflow retry always do).
+        On a model that binds reasoning (``Scope.bound``) nothing is prepared: the turns that
+        arrive while a summary is made would stay after it with reasoning bound to the old
+        list."""
+        if job.force or retried is not None or not preparing(job.policy) or job.scope.bound:
             return await self._waited(job, p, retried)
         applied = await self._apply_prepared(job, p, retried)
         if applied is not None:
@@ -366,6 +374,8 @@ class ContextService:
             m.compactions.labels(report.outcome).inc()
         if p.rewrote:
             m.prefix_rewrites.labels("mask").inc()
+        if report.reasoning_removed:
+            m.reasoning(job.request.model, "compaction", report.reasoning_removed)
 
     # --- after the answer -----------------------------------------------------------------------
 
@@ -376,6 +386,8 @@ class ContextService:
         caller priced it already) are counted per conversation and model."""
         if usage.prompt <= 0:
             return
+        if usage.dropped:
+            self.metrics.reasoning(job.request.model, "provider", usage.dropped)
         self.ledger.book(job, report, usage, priced)
         if self.usage.changed(job.key, usage.prompt, report.estimate_after):
             await self.usage.record(job.principal.org, job.key, usage.prompt,

@@ -39,6 +39,7 @@ class ContextReport:
     notes: Mapping[str, str] = field(default_factory=dict)  # further headers, as they are
     window_source: str = "fallback"
     summary_wait_ms: int = 0  # how long the request waited for a summary (0: it did not)
+    reasoning_removed: int = 0  # turns whose bound reasoning this request's compaction removed
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,
@@ -54,6 +55,8 @@ class ContextReport:
             h["X-Context-Divider-Id"] = self.divider.id
         if self.retried:
             h["X-Context-Retried"] = self.retried
+        if self.reasoning_removed:
+            h["X-Context-Reasoning-Removed"] = str(self.reasoning_removed)
         h.update(self.notes)
         return h
 

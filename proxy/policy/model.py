@@ -90,6 +90,7 @@ class ModelPrices:
 
 PRICE_FIELDS = tuple(ModelPrices.__dataclass_fields__)
 WINDOW_FIELDS = ("context_window", "window")
+BOUND_FIELD = "reasoning_bound"  # whether the model binds replayed reasoning to its prefix
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Policy:
     models: Mapping[str, int] = field(default_factory=dict)  # model -> window
     fallback_window: int = 200_000
     prices: Mapping[str, ModelPrices] = field(default_factory=dict)  # from ``models`` too
+    bound: Mapping[str, bool] = field(default_factory=dict)  # ``models``' reasoning_bound
 
 
 # --- field registry -------------------------------------------------------------------------
@@ -200,8 +202,8 @@ def _protected(key: str, v: Any) -> tuple[ProtectedRule, ...]:
 
 def _models(key: str, v: Any) -> dict[str, Any]:
     """Model -> its window (an int), or a mapping of its window (``context_window`` or
-    ``window``) and prices (``PRICE_FIELDS``, dollars per million tokens), each optional;
-    normalized to the window alone when no price is set."""
+    ``window``), prices (``PRICE_FIELDS``, dollars per million tokens) and ``reasoning_bound``,
+    each optional; normalized to the window alone when nothing else is set."""
     if not isinstance(v, dict):
         raise PolicyError(key, f"expected a mapping of model name to window, got {v!r}")
     out: dict[str, Any] = {}
@@ -209,12 +211,15 @@ def _models(key: str, v: Any) -> dict[str, Any]:
         if not isinstance(spec, dict):
             out[str(name)] = _int_min(1)(f"{key}.{name}.context_window", spec)
             continue
-        unknown = set(spec) - {*WINDOW_FIELDS, *PRICE_FIELDS}
+        unknown = set(spec) - {*WINDOW_FIELDS, *PRICE_FIELDS, BOUND_FIELD}
         if unknown or not spec:
             raise PolicyError(f"{key}.{name}", f"expected context_window and/or "
-                              f"{', '.join(PRICE_FIELDS)}, got {sorted(unknown) or spec!r}")
+                              f"{', '.join([*PRICE_FIELDS, BOUND_FIELD])}, "
+                              f"got {sorted(unknown) or spec!r}")
         entry: dict[str, Any] = {k: _price(f"{key}.{name}.{k}", spec[k])
                                  for k in PRICE_FIELDS if k in spec}
+        if BOUND_FIELD in spec:
+            entry[BOUND_FIELD] = _bool(f"{key}.{name}.{BOUND_FIELD}", spec[BOUND_FIELD])
         window = spec.get("context_window", spec.get("window"))
         if window is not None or not entry:
             entry["context_window"] = _int_min(1)(f"{key}.{name}.context_window", window)
@@ -228,18 +233,23 @@ def _price(key: str, v: Any) -> float:
     return float(v)
 
 
-def _split_models(models: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, ModelPrices]]:
-    """A validated ``models`` table as windows and prices."""
+def _split_models(models: Mapping[str, Any]
+                  ) -> tuple[dict[str, int], dict[str, ModelPrices], dict[str, bool]]:
+    """A validated ``models`` table as windows, prices and reasoning-bound overrides."""
     windows: dict[str, int] = {}
     prices: dict[str, ModelPrices] = {}
+    bound: dict[str, bool] = {}
     for name, entry in models.items():
         if not isinstance(entry, Mapping):
             windows[name] = entry
             continue
         if "context_window" in entry:
             windows[name] = entry["context_window"]
-        prices[name] = ModelPrices(**{k: entry[k] for k in PRICE_FIELDS if k in entry})
-    return windows, prices
+        if BOUND_FIELD in entry:
+            bound[name] = entry[BOUND_FIELD]
+        if any(k in entry for k in PRICE_FIELDS):
+            prices[name] = ModelPrices(**{k: entry[k] for k in PRICE_FIELDS if k in entry})
+    return windows, prices, bound
 
 
 @dataclass(frozen=True)
@@ -362,7 +372,7 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
     for layer in layers:
         merged.update(layer)
     sections: dict[str, dict[str, Any]] = {"masking": {}, "compaction": {}, "rerank": {}}
-    windows, prices = _split_models(merged["models"])
+    windows, prices, bound = _split_models(merged["models"])
     for key, value in merged.items():
         if "." in key:
             section, name = key.split(".", 1)
@@ -374,5 +384,6 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
         models=windows,
         fallback_window=merged["fallback_window"],
         prices=prices,
+        bound=bound,
     )
 

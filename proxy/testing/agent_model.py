@@ -28,7 +28,7 @@ import json
 import random
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,7 @@ class AgentModel:
 
     root: str = ""
     calls: int = CALLS
+    asked: list[int] = field(default_factory=list, compare=False)  # file numbers read, in order
 
     def __call__(self, chat: dict[str, Any]) -> dict[str, Any]:
         messages = chat.get("messages") or []
@@ -224,6 +225,7 @@ class AgentModel:
             return {"role": "assistant", "content": final_answer(texts)}
         first = done + 1
         batch = [first, first + 1] if first % 5 == 0 and first < self.calls else [first]
+        self.asked.extend(batch)
         name, schema = tool
         return {"role": "assistant", "content": f"Reading {file_name(first)}.", "tool_calls": [
             {"id": f"call_read_{i:02d}", "type": "function", "function": {

@@ -31,6 +31,19 @@ class UpstreamUsage:
     cached: int = 0
     written: int = 0
     output: int = 0
+    dropped: int = 0  # reasoning the upstream dropped (its answer's ``input_transformations``)
+
+
+_TRANSFORMATIONS = b'"input_transformations"'
+_MISMATCH = re.compile(rb'"prefix_mismatch')
+
+
+def dropped_reasoning(data: bytes) -> int:
+    """How many blocks or items an answer (or one of its events) says the provider dropped
+    because their prefix changed: the ``prefix_mismatch`` entries of its
+    ``input_transformations``."""
+    at = data.find(_TRANSFORMATIONS)
+    return 0 if at < 0 else len(_MISMATCH.findall(data, at))
 
 
 def _first(pattern: re.Pattern[bytes], body: bytes) -> int:

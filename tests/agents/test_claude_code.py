@@ -18,6 +18,7 @@ from agent_sessions import Outcome, Session, agent_bin, node_env, start
 
 from proxy.testing import agent_model
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 pytestmark = pytest.mark.agents
 
@@ -54,6 +55,29 @@ def test_claude_code_session(make_harness: Callable[..., Harness], tmp_path: Pat
     # four still cross the compaction trigger, so both stages show.
     s = start(make_harness, tmp_path, model, WINDOW, keep_recent=4)
     s.check(run_claude(s))
+
+
+@pytest.mark.parametrize("window", [32_768, 16_384])
+def test_claude_code_on_a_reasoning_bound_model(make_harness: Callable[..., Harness],
+                                               tmp_path: Path, window: int) -> None:
+    """``claude-opus-5-5`` binds each thinking block to its prefix, and Claude Code sends
+    adaptive thinking and replays every block: at the default policy the session compacts,
+    no request is refused (the strict fake checks every replayed block's prefix), and no
+    block the agent replays was made before a compaction that still stands before it."""
+    s = start(make_harness, tmp_path, "claude-opus-5-5", window, keep_recent=None)
+    s.check(run_claude(s))
+    bodies = [r.json for r in s.agent_requests()]
+    assert any(b.get("thinking") for b in bodies), "Claude Code sent no thinking setting"
+    replayed = sum(1 for b in bodies for m in b["messages"] if isinstance(m["content"], list)
+                   for block in m["content"] if block.get("type") == "thinking")
+    assert replayed, "no thinking block was replayed: the prefix check was never exercised"
+    assert len(s.dividers()) >= 1
+    removed = sum(int(a.headers.get("X-Context-Reasoning-Removed", "0"))
+                  for a in s.agent_answers())
+    assert removed > 0, "no compaction said it removed bound reasoning"
+    text = scrape(s.harness.base_url.removesuffix("/v1"))
+    assert metric(text, "context_proxy_reasoning_lost_total", model="claude-opus-5-5",
+                  cause="compaction") == removed
 
 
 def test_claude_code_with_a_20k_fixed_prompt_at_32k(make_harness: Callable[..., Harness],

@@ -32,6 +32,34 @@ def test_a_streams_usage_takes_the_largest_prompt_and_output() -> None:
     assert other.usage == UpstreamUsage(70, 0, 0, 5)
 
 
+def test_a_streams_usage_keeps_the_reasoning_the_provider_dropped() -> None:
+    """Anthropic lists the dropped blocks in ``message_start``; a later ``message_delta``
+    with the same prompt does not forget them. The Responses API in ``response.completed``."""
+    scanner = ApiUsageScanner(messages.API)
+    for line in (b'data: {"type": "message_start", "message": {"input_transformations": ['
+                 b'{"type": "thinking_block_dropped", "reason": "prefix_mismatch"}, '
+                 b'{"type": "thinking_block_dropped", "reason": "prefix_mismatch"}], '
+                 b'"usage": {"input_tokens": 10, "output_tokens": 1}}}',
+                 b'data: {"type": "message_delta", "usage": {"input_tokens": 10, '
+                 b'"output_tokens": 42}}'):
+        scanner.line(line)
+    assert scanner.usage == UpstreamUsage(10, 0, 0, 42, dropped=2)
+    other = ApiUsageScanner(responses.API)
+    other.line(b'data: {"type": "response.completed", "response": {"input_transformations": '
+               b'[{"type": "reasoning_dropped", "reason": "prefix_mismatch", "item_id": "rs_1"}]'
+               b', "usage": {"input_tokens": 70, "output_tokens": 5}}}')
+    assert other.usage.dropped == 1
+
+
+@pytest.mark.parametrize("body", [
+    b'{"usage": {"input_tokens": 3}}',
+    b'{"input_transformations": [], "usage": {"input_tokens": 3}}',
+    b'{"reason": "prefix_mismatch", "usage": {"input_tokens": 3}}',  # not in the list
+])
+def test_an_answer_without_dropped_reasoning_counts_none(body: bytes) -> None:
+    assert messages.usage(body).dropped == 0 and responses.usage(body).dropped == 0
+
+
 def test_api_headers_join_repeated_versions_and_betas() -> None:
     incoming = CIMultiDict([("anthropic-beta", "a"), ("anthropic-beta", "b"),
                             ("anthropic-version", "2023-06-01"), ("x-other", "1")])

@@ -26,7 +26,10 @@ class Adapted:
     request's own). ``tools`` is the request's ``tools`` as chat function schemas;
     ``raw_tools`` as the client sent them. ``body`` is the request body itself and ``headers``
     the request's API headers (betas, versions) that a summary call repeats to speak like the
-    client; the route sets them."""
+    client; the route sets them. ``reasoning``: the request asks for reasoning or replays some
+    (thinking blocks, reasoning items), so a model that binds reasoning to its history
+    (``proxy.context.binding``) is managed with that in mind; ``reasoned``: which of
+    ``messages`` (assistant turns) carry a thinking block or reasoning item."""
 
     api: str  # "messages" (Anthropic) or "responses" (OpenAI Responses)
     messages: list[dict[str, Any]]
@@ -36,6 +39,8 @@ class Adapted:
     raw_tools: Any = None
     body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    reasoning: bool = False
+    reasoned: frozenset[int] = frozenset()  # indices of ``messages`` that carry reasoning
 
 
 class AdapterError(ValueError):

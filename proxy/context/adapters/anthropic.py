@@ -52,6 +52,7 @@ class _Reader:
         self.results: dict[str, Origin] = {}
         self.calls: dict[str, Origin] = {}  # tool_use id -> (message index, block index)
         self.pending: dict[str, str] = {}  # tool_use ids awaiting their result -> where made
+        self.reasoned: set[int] = set()  # indices of messages that carry thinking
 
     def add(self, message: dict[str, Any], origin: Origin) -> None:
         self.messages.append(message)
@@ -100,6 +101,8 @@ class _Reader:
         message: dict[str, Any] = {"role": "assistant", "content": _text(content) or None}
         if calls:
             message["tool_calls"] = calls
+        if any(isinstance(b, dict) and b.get("type") in THINKING for b in blocks):
+            self.reasoned.add(len(self.messages))
         self.add(message, (i, "all"))
 
     def _user(self, i: int, content: str | list[Any]) -> None:
@@ -178,7 +181,21 @@ def read(body: dict[str, Any]) -> Adapted:
 
     return Adapted("messages", r.messages, function_tools(body.get("tools"), "input_schema",
                                                            typed=False), encode, prompt,
-                   raw_tools=body.get("tools"), body=body)
+                   raw_tools=body.get("tools"), body=body, reasoning=_reasons(body),
+                   reasoned=frozenset(r.reasoned))
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def _reasons(body: dict[str, Any]) -> bool:
+    """Whether the request asks for thinking or replays a thinking block."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
+        return True
+    return any(isinstance(b, dict) and b.get("type") in THINKING
+               for m in body["messages"] if isinstance(m, dict)
+               and isinstance(m.get("content"), list) for b in m["content"])
 
 
 def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:

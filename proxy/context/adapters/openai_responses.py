@@ -71,6 +71,7 @@ class _Reader:
         self.calls: dict[str, tuple[int, dict[str, Any]]] = {}  # call_id -> (item, its turn)
         self.pending: set[str] = set()
         self.turn: _Turn | None = None
+        self.reasoned: set[int] = set()  # indices of messages (turns) that hold reasoning
 
     def add(self, message: dict[str, Any], items: tuple[int, ...]) -> None:
         self.messages.append(message)
@@ -109,6 +110,8 @@ class _Reader:
     def _open(self, k: int, *, reasoned: bool) -> _Turn:
         message: dict[str, Any] = {"role": "assistant", "content": None}
         self.turn = _Turn(message, reasoned)
+        if reasoned:
+            self.reasoned.add(len(self.messages))
         self.add(message, (k,))
         return self.turn
 
@@ -236,4 +239,7 @@ def read(body: dict[str, Any]) -> Adapted:
 
     return Adapted("responses", r.messages,
                    function_tools(body.get("tools"), "parameters", typed=True), encode, prompt,
-                   raw_tools=body.get("tools"), body=body)
+                   raw_tools=body.get("tools"), body=body,
+                   reasoning=body.get("reasoning") is not None or any(
+                       isinstance(item, dict) and item.get("type") == "reasoning"
+                       for item in items), reasoned=frozenset(r.reasoned))

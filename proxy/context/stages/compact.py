@@ -33,7 +33,7 @@ list is not used (status ``insufficient``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -79,6 +79,7 @@ class CompactionPlan:
     forced: bool = False
     new_messages: int = 0  # summarized messages that are not earlier summaries
     new_tokens: int = 0  # their tokens: how much new there is to summarize
+    carried: tuple[int, ...] = ()  # covered messages the summary message carries verbatim
 
     @property
     def summarizable(self) -> bool:
@@ -293,6 +294,43 @@ def _growth(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> flo
 def summary_message(summary_text: str, policy: Policy) -> dict[str, Any]:
     """The message that stands for the covered prefix (role per ``compaction.summary_role``)."""
     return {"role": policy.compaction.summary_role, "content": format_summary(summary_text)}
+
+
+def carry_to_end(plan: CompactionPlan, messages: Sequence[Mapping[str, Any]],
+                 tokens: Sequence[int], overhead: int) -> CompactionPlan:
+    """The plan on a model that binds reasoning to its history: nothing made before the
+    compaction may stay after its summary (its reasoning would no longer match what precedes
+    it), so the cut moves to the list's end. The newest messages that fit under the trigger
+    beside the preserved ones and the summary (``tokens`` aligns with ``messages``;
+    ``overhead``: the request's tools and priming) are carried verbatim inside the summary
+    message (``carried``), after the summary's text, the older ones of the keep window are
+    summarized; so are preserved assistant turns and tool results (pinned tools), since their
+    reasoning would move too; system and developer messages (what the proxy does not read)
+    stay verbatim before the summary. The list sent then ends with the summary, so the model
+    starts a new turn whose reasoning is bound to the rewritten list."""
+    n = len(messages)
+    def opaque(i: int) -> bool:
+        return messages[i].get("role") in ("system", "developer")
+    def turn(i: int) -> bool:
+        return messages[i].get("role") in ("assistant", "tool")
+    keep = tuple(i for i in (*plan.preserved, *(i for i in range(plan.cut, n) if opaque(i)))
+                 if not turn(i))
+    room = plan.trigger_tokens - overhead - sum(tokens[i] for i in keep) - \
+        plan.summary_max_tokens - 2 * SUMMARY_FRAME_TOKENS
+    carried: list[int] = []
+    for i in range(n - 1, plan.cut - 1, -1):
+        if opaque(i):
+            continue
+        room -= tokens[i]
+        if room < 0:
+            break
+        carried.insert(0, i)
+    summarize = {*plan.summarize, *(i for i in plan.preserved if turn(i)),
+                 *(i for i in range(plan.cut, n) if not opaque(i) and i not in carried)}
+    new = [i for i in (*summarize, *carried) if not is_summary(messages[i])]
+    return replace(plan, cut=n, preserved=keep, summarize=tuple(sorted(summarize)),
+                   keep_start=n, carried=tuple(carried), new_messages=len(new),
+                   new_tokens=sum(tokens[i] for i in new))
 
 
 def apply_summary(

@@ -192,7 +192,7 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
         elif sent > trigger and target > boundary:
             growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
             if saved[target] - saved[boundary] >= _step_floor(mp, window, growth) and \
-                    not _compaction_near(mp, window, sent, growth, compaction_at):
+                    not _compaction_near(scope, sent, growth, compaction_at):
                 boundary = target
     return previous, boundary
 
@@ -206,16 +206,20 @@ def _step_floor(mp: MaskingPolicy, window: int, growth: float) -> float:
     return max(mp.min_free_ratio * window, mp.min_step_turns * growth)
 
 
-def _compaction_near(mp: MaskingPolicy, window: int, sent: int, growth: float,
+def _compaction_near(scope: Scope, sent: int, growth: float,
                      compaction_at: CompactionPoint | None) -> bool:
     """Whether a step waits for compaction: the list as sent (``sent`` tokens) would reach
     compaction's trigger (``compaction_at``; ``None``: compaction will not do the work) within
     ``compaction_turns`` turns of ``growth``. Compaction, which clears more than a step, comes
     soon anyway, and a step before it would rewrite the cached prefix for a few turns; its
     summary would also have to be sent the masked originals uncached. A list over the window
-    steps regardless (compaction failed to bring it down)."""
-    return compaction_at is not None and sent <= window and \
-        compaction_at.exceeded(sent + mp.compaction_turns * growth)
+    steps regardless (compaction failed to bring it down). On a model that binds reasoning to
+    its history (``Scope.bound``) a step waits whenever compaction will do the work: a step
+    would cost the reasoning after it, and compaction's one change costs it anyway."""
+    mp, window = scope.policy.masking, scope.window or 0
+    if compaction_at is None or sent > window:
+        return False
+    return scope.bound or compaction_at.exceeded(sent + mp.compaction_turns * growth)
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from proxy.context.stages.compact import (
     CompactionPlan,
     CompactionPoint,
+    carry_to_end,
     plan_compaction,
     summary_message,
 )
@@ -135,6 +136,8 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
                             lasting=lasting, ahead=ahead)
     before = sum(first_items(pairs)) + scope.overhead() if view.prior is not None \
         else mask.tokens_before
+    if cplan is not None and scope.bound:
+        cplan = carry_to_end(cplan, mask.messages, mask.message_tokens, scope.overhead())
     action = _decide(view, cplan, force, scope)
     previous = previous_point(view.messages)
     end = previous if mask.first_change is None else min(previous, mask.first_change)

@@ -15,13 +15,17 @@ from proxy.policy.model import Policy
 @dataclass(frozen=True, eq=False)
 class Scope:
     """The policy in force, the model's window (``None``: unknown), the token counter, the
-    request's model and its ``tools`` schemas (``None``: none)."""
+    request's model and its ``tools`` schemas (``None``: none). ``bound``: the model binds
+    the reasoning the request replays to its prefix (``proxy.context.binding``), so every
+    change the stages make to what was sent before costs that reasoning: masking leaves its
+    steps to compaction, and a compaction leaves nothing made before it after its summary."""
 
     policy: Policy
     window: int | None
     counter: TokenCounter
     model: str
     tools: Sequence[Any] | None = None
+    bound: bool = False
 
     @property
     def compaction_window(self) -> int:

@@ -107,6 +107,16 @@ def render_transcript(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return blocks
 
 
+CARRIED_HEADING = "The latest messages before this point, verbatim:"
+
+
+def with_carried(summary: str, carried: Sequence[Mapping[str, Any]]) -> str:
+    """A summary's text followed by the messages a compaction carries verbatim
+    (``CompactionPlan.carried``), as a transcript: every word of them stays readable."""
+    return f"{summary.rstrip()}\n\n{CARRIED_HEADING}\n\n" + \
+        "\n\n".join(render_transcript(carried))
+
+
 def build_prompt(transcript: str, part: tuple[int, int] | None = None) -> list[dict[str, Any]]:
     """The summary request: the instructions, then the transcript (or one part of it)."""
     where = f" (part {part[0]} of {part[1]}; summarize this part only)" if part else ""

@@ -26,6 +26,7 @@ from proxy.context.stages.summary import (
     masked_originals,
     prefix_prompt,
     restored_text,
+    with_carried,
 )
 from proxy.context.summary.summarizer import Answer, Summarizer, call, summarize_messages
 
@@ -92,6 +93,8 @@ async def compact(cplan: CompactionPlan, masked: Sequence[Mapping[str, Any]],
             model=summary_scope.model, summarize=summarize,
             max_tokens=cplan.summary_max_tokens, summary_window=window, offload=offload)
         answers += more
+    if cplan.carried:
+        text = with_carried(text, [originals[i] for i in cplan.carried])
     rewritten = apply_summary(masked, cplan, text, scope.policy)
     after = await offload(scope.count, rewritten)
     status: Literal["compacted", "insufficient"] = \

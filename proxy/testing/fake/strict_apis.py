@@ -32,7 +32,7 @@ MID_CONVERSATION_SYSTEM = "mid-conversation-tool-changes-2026-07-01"
 MAX_CACHE_CONTROL = 4
 # Models with preserved thinking that refuse a thinking block whose prefix changed (as on an
 # account created after 2026-08-31); names starting with one of these.
-PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5")
+PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5", "claude-opus-5-5")
 THINKING_BINDING = "thinking-binding-controls-2026-08-01"
 THINKING_TYPES = ("enabled", "adaptive")
 
@@ -265,8 +265,23 @@ def preserves_thinking(model: Any) -> bool:
     return isinstance(model, str) and model.startswith(PRESERVED_THINKING)
 
 
+def _canonical(value: Any) -> Any:
+    """What the prefix check compares: ``cache_control`` markers left out, and a string
+    ``content`` read as the one text block it stands for."""
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _canonical(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(out.get("content"), str) and "role" in out:
+        out["content"] = [{"type": "text", "text": out["content"]}]
+    return out
+
+
 def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+    if isinstance(value, str):  # a string system prompt reads as one text block
+        value = [{"type": "text", "text": value}]
+    return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()
 
 
 def prefix_of(body: Mapping[str, Any], message: int, block: int) -> Prefix:

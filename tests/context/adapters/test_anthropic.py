@@ -122,3 +122,17 @@ def test_broken_requests_name_where(messages: list[Any], where: str) -> None:
     with pytest.raises(AdapterError) as info:
         read({"model": "m", "max_tokens": 1, "messages": messages})
     assert info.value.param == where
+
+
+@pytest.mark.parametrize(("extra", "messages", "reasons"), [
+    ({}, [{"role": "user", "content": "hi"}], False),
+    ({"thinking": {"type": "disabled"}}, [{"role": "user", "content": "hi"}], False),
+    ({"thinking": {"type": "adaptive"}}, [{"role": "user", "content": "hi"}], True),
+    ({}, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+        {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "ok"}]},
+          {"role": "user", "content": "go on"}], True),
+])
+def test_read_says_whether_the_request_carries_thinking(
+        extra: dict[str, Any], messages: list[Any], reasons: bool) -> None:
+    body = {"model": "claude-opus-5-5", "max_tokens": 100, "messages": messages, **extra}
+    assert read(body).reasoning is reasons

@@ -94,3 +94,18 @@ def test_broken_items_name_where(items: list[Any], where: str) -> None:
     with pytest.raises(AdapterError) as info:
         read({"model": "m", "input": items})
     assert info.value.param == where
+
+
+@pytest.mark.parametrize(("extra", "items", "reasons"), [
+    ({}, [{"role": "user", "content": "hi"}], False),
+    ({"reasoning": {"effort": "low"}}, [{"role": "user", "content": "hi"}], True),
+    ({}, [{"role": "user", "content": "hi"},
+          {"type": "reasoning", "id": "rs_1", "summary": []},
+          {"type": "message", "role": "assistant",
+           "content": [{"type": "output_text", "text": "ok"}]},
+          {"role": "user", "content": "go on"}], True),
+])
+def test_read_says_whether_the_request_carries_reasoning(
+        extra: dict[str, Any], items: list[Any], reasons: bool) -> None:
+    body = {"model": "gpt-5.6", "input": items, **extra}
+    assert read(body).reasoning is reasons

@@ -41,7 +41,7 @@ from proxy.testing.harness import Answer, Harness
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS_BIN_ENV = "CONTEXT_PROXY_AGENTS_BIN"
 INSTALL_AGENTS = ("install them with `npm install --prefix .agents "
-                  "@anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0` and "
+                  "@anthropic-ai/claude-code@2.1.337 @openai/codex@0.171.0` and "
                   "`node install.cjs` in .agents/node_modules/@anthropic-ai/claude-code, then set "
                   f"{AGENTS_BIN_ENV}=.agents/node_modules/.bin (.ci/run does all of it)")
 MANAGED = (MESSAGES, RESPONSES, "/v1/chat/completions")

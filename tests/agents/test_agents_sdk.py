@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK 0.24.0 (Responses API, async client at the proxy) in a 25-read session
+"""The OpenAI Agents SDK 0.25.0 (Responses API, async client at the proxy) in a 25-read session
 with a ``read_file`` function tool, through ``Runner.run`` and ``Runner.run_streamed``.
 
 Its fixed part is tiny (short instructions, one tool), so at a 16k window the session keeps the
@@ -34,11 +34,12 @@ def agents_sdk() -> ModuleType:
         need("the OpenAI Agents SDK (openai-agents)", "pip install -e '.[test]'")
 
 
+@pytest.mark.parametrize("model", [MODEL, "gpt-5.6"])  # gpt-5.6 binds its reasoning
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_agents_sdk_session(make_harness: Callable[..., Harness], tmp_path: Path,
-                                  streamed: bool) -> None:
+                                  streamed: bool, model: str) -> None:
     agents = agents_sdk()
-    s = start(make_harness, tmp_path, MODEL, WINDOW, keep_recent=KEEP_RECENT)
+    s = start(make_harness, tmp_path, model, WINDOW, keep_recent=KEEP_RECENT)
     agents.set_tracing_disabled(True)
 
     @agents.function_tool
@@ -54,7 +55,7 @@ async def test_agents_sdk_session(make_harness: Callable[..., Harness], tmp_path
                                   max_retries=0) as client:
         agent = agents.Agent(
             name="notes reader", instructions="You read files and report what they say.",
-            tools=[read_file], model=agents.OpenAIResponsesModel(MODEL, openai_client=client))
+            tools=[read_file], model=agents.OpenAIResponsesModel(model, openai_client=client))
         config = agents.RunConfig(tracing_disabled=True)
         try:
             if streamed:

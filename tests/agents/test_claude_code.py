@@ -1,4 +1,4 @@
-"""Claude Code 2.1.332 (print mode, Messages API, streamed) in a 25-read session through the proxy.
+"""Claude Code 2.1.337 (print mode, Messages API, streamed) in a 25-read session through the proxy.
 
 Two model names: ``claude-opus-5-5``, a current name (Claude Code then sends its environment as a
 ``{"role": "system"}`` message inside ``messages``, under the

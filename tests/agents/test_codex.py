@@ -24,7 +24,13 @@ pytestmark = pytest.mark.agents
 
 MODEL = "gpt-5.5"
 WINDOW = 16_384
-COMMON = f"""model = "{MODEL}"
+# gpt-5.6 binds its reasoning items to the history before them (SPEC section 5): the strict
+# fake drops any whose prefix changed, and the session must not make it drop one.
+BOUND_MODEL = "gpt-5.6"
+
+
+def common(model: str = MODEL) -> str:
+    return f"""model = "{model}"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 """
@@ -49,7 +55,7 @@ def run_codex(s: Session, env: dict[str, str]) -> Outcome:
 def test_codex_with_a_custom_provider(make_harness: Callable[..., Harness],
                                       tmp_path: Path) -> None:
     s = start(make_harness, tmp_path, MODEL, WINDOW)
-    (s.home / "config.toml").write_text(COMMON + f"""model_provider = "local"
+    (s.home / "config.toml").write_text(common() + f"""model_provider = "local"
 
 [model_providers.local]
 name = "context-proxy"
@@ -60,11 +66,13 @@ wire_api = "responses"
     s.check(run_codex(s, codex_env(s)))
 
 
+@pytest.mark.parametrize(("model", "window"), [(MODEL, WINDOW), (BOUND_MODEL, 24_576)])
 def test_codex_with_the_built_in_provider(make_harness: Callable[..., Harness],
-                                          tmp_path: Path) -> None:
+                                          tmp_path: Path, model: str, window: int) -> None:
     """The built-in provider tries the WebSocket mode first (SPEC section 11)."""
-    s = start(make_harness, tmp_path, MODEL, WINDOW)
-    (s.home / "config.toml").write_text(COMMON + f'openai_base_url = "{s.harness.base_url}"\n')
+    s = start(make_harness, tmp_path, model, window)
+    (s.home / "config.toml").write_text(common(model)
+                                        + f'openai_base_url = "{s.harness.base_url}"\n')
     env = codex_env(s)
     login = s.run([agent_bin("codex"), "login", "--with-api-key"], env, stdin=s.key + "\n",
                   timeout=60)

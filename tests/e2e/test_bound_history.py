@@ -1,0 +1,121 @@
+"""Property: on a model that binds reasoning to its history (SPEC section 5), every request the
+proxy sends passes the provider's prefix check, over random agent sessions that mask and
+compact; and what the proxy does not rewrite reaches the upstream byte for byte.
+
+The client is the ``anthropic`` SDK with adaptive thinking, replaying every block the fake
+issued exactly as it came; the strict fake binds each thinking block it issues to a digest of
+its prefix and refuses (400, "bound to a different conversation") any replayed block whose
+prefix changed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from factories import synchronous_policies, words
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.context.stages.shared import SUMMARY_OPEN
+from proxy.testing.fake.fake_apis import MESSAGES, as_chat
+from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
+from proxy.testing.harness import Harness
+
+MODEL = "claude-opus-5-5"
+WINDOW = 16_384
+TOOLS = [{"name": "read_file", "description": "Read a file.",
+          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+
+
+def read_next(body: dict[str, Any]) -> dict[str, Any]:
+    """The fake's model: one more file read per turn (ids unique in the conversation)."""
+    n = len(body.get("messages") or [])
+    return {"role": "assistant", "content": f"Reading file {n}.", "tool_calls": [
+        {"id": f"toolu_{n:04d}", "type": "function", "function": {
+            "name": "read_file", "arguments": json.dumps({"path": f"src/f{n}.py"})}}]}
+
+
+@pytest.fixture
+def bound(make_harness: Callable[..., Harness], tmp_path: Path) -> Iterator[Harness]:
+    fake = FakeUpstream(models={MODEL: WINDOW}, responder=read_next)
+    yield make_harness(fake=fake, env=synchronous_policies(tmp_path / "policies"))
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _untouched_problems(sent: dict[str, Any], client: list[dict[str, Any]]) -> list[str]:
+    """What breaks "not rewritten means byte-identical": an upstream message that is neither
+    one of the client's as it was, nor the proxy's summary, nor a masked copy (a result's
+    content replaced, every other field and block the same); a thinking block that is not
+    one the client sent."""
+    theirs = [json.dumps(m, sort_keys=True) for m in client]
+    thinking = {json.dumps(b, sort_keys=True) for m in client for b in _blocks(m)
+                if b.get("type") == "thinking"}
+    problems = []
+    for i, m in enumerate(sent["messages"]):
+        if json.dumps(m, sort_keys=True) in theirs:
+            continue
+        text = m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+        if SUMMARY_OPEN in text:
+            continue
+        masked = [b for b in _blocks(m) if b.get("type") == "tool_result"]
+        if m["role"] == "user" and masked and any(
+                [{**b, "content": None} for b in _blocks(m)]
+                == [{**b, "content": None} for b in _blocks(c)] for c in client):
+            continue
+        problems.append(f"messages.{i} is neither the client's nor the proxy's: {text[:200]}")
+        for b in _blocks(m):
+            if b.get("type") == "thinking" and json.dumps(b, sort_keys=True) not in thinking:
+                problems.append(f"messages.{i} holds a thinking block the client never sent")
+    return problems
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(40, 2_400), min_size=12, max_size=32),
+       follow_ups=st.sets(st.integers(0, 31), max_size=4), streamed=st.booleans())
+def test_every_request_passes_the_prefix_check(bound: Harness, sizes: list[int],
+                                               follow_ups: set[int], streamed: bool) -> None:
+    conversation = str(uuid.uuid4())
+    first = len(bound.fake.requests)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read every file."}]
+    sent_for: list[list[dict[str, Any]]] = []
+    with anthropic.Anthropic(base_url=bound.base_url.removesuffix("/v1"), max_retries=0,
+                             api_key=bound.create_key("acme")) as client:
+        for turn, size in enumerate(sizes):
+            kwargs: dict[str, Any] = dict(
+                model=MODEL, max_tokens=2048, system="You read files.", tools=TOOLS,
+                messages=messages, thinking={"type": "adaptive"},
+                extra_headers={"X-Conversation-Id": conversation})
+            if streamed and turn % 2:
+                with client.messages.stream(**kwargs) as stream:
+                    answer = stream.get_final_message()
+            else:
+                answer = client.messages.create(**kwargs)
+            sent_for.append(json.loads(json.dumps(messages)))
+            content = [b.model_dump(exclude_none=True) for b in answer.content]
+            assert content[0]["type"] == "thinking"
+            calls = [b for b in content if b["type"] == "tool_use"]
+            results: list[dict[str, Any]] = [
+                {"type": "tool_result", "tool_use_id": c["id"], "content": words(size, turn)}
+                for c in calls]
+            if turn in follow_ups:
+                results.append({"type": "text", "text": f"Also note item {turn}."})
+            messages += [{"role": "assistant", "content": content},
+                         {"role": "user", "content": results}]
+    mine = [r for r in bound.fake.requests[first:] if r.path == MESSAGES]
+    assert [r.refused for r in mine if r.refused] == []
+    main = [r.json for r in mine if not is_summary_request(as_chat(MESSAGES, r.json))]
+    assert len(main) == len(sizes)
+    problems = [p for body, client_sent in zip(main, sent_for, strict=False)
+                for p in _untouched_problems(body, client_sent)]
+    assert problems == []

@@ -12,7 +12,9 @@ as each provider keys its own (``cache_rules``).
 With ``FakeUpstream.strict`` (the default) a request is first checked as the real API checks it
 (``proxy.testing.fake.strict_apis``) and refused in its words, before the responder sees it. A
 Messages request with thinking on is answered with a signed thinking block first
-(``sign_thinking``); a Responses answer of a reasoning model opens with a reasoning item.
+(``sign_thinking``); a Responses answer of a reasoning model opens with a reasoning item. On the
+newest models these are bound to their history and dropped when it changed (``binding``); the
+responder reads the history after the provider's own server-side edits (``server_edits``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.fake import binding, strict_apis, strict_responses
+from proxy.testing.fake import binding, server_edits, strict_apis, strict_responses
 from proxy.testing.fake.fake_events import (
     anthropic_events,
     anthropic_message,
@@ -278,8 +280,12 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return refusal(path, problem)
     body, dropped = binding.drops(fake, path == MESSAGES, body, request.headers)
     rec.dropped = len(dropped)
-    changed = {"input_transformations": dropped} if dropped else {}
-    chat = as_chat(path, body)
+    seen, managed = server_edits.model_view(
+        body, strict_apis.betas(request.headers), lambda b: fake.measure(as_chat(path, b))[0]
+    ) if path == MESSAGES else (body, None)  # what the model reads of the history
+    changed = ({"input_transformations": dropped} if dropped else {}) | (
+        {"context_management": managed} if managed is not None else {})
+    chat = as_chat(path, seen)
     measured = fake.measure(chat)
     prompt_tokens = measured[0]
     window = fake.models.get(body["model"])
@@ -288,7 +294,7 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return too_long(path, prompt_tokens, window)
     message = await fake.respond(request, chat, fault)
     cached = fake.cached(request, chat, measured, **cache_rules(path, body))
-    written = cache_written(fake, body, measured, cached) if path == MESSAGES \
+    written = cache_written(fake, seen, measured, cached) if path == MESSAGES \
         else fake.cache.written(prompt_tokens, cached)
     usage = usage_for(path, prompt_tokens, cached, written)
     rec.usage = usage

@@ -87,9 +87,13 @@ def _pieces(text: str, n: int) -> list[str]:
 
 
 def anthropic_events(whole: dict[str, Any], chunks: int) -> list[bytes]:
+    """The streamed events of a Messages answer: ``input_transformations`` in the start's
+    message, ``context_management`` in the ``message_delta`` event."""
     usage = whole["usage"]
-    start = dict(whole, content=[], stop_reason=None,
-                 usage=dict(usage, output_tokens=1))
+    managed = {"context_management": whole["context_management"]} \
+        if "context_management" in whole else {}
+    start = {k: v for k, v in whole.items() if k != "context_management"} | {
+        "content": [], "stop_reason": None, "usage": dict(usage, output_tokens=1)}
     out = [_sse("message_start", {"type": "message_start", "message": start})]
     for i, block in enumerate(whole["content"]):
         if block["type"] == "text":
@@ -111,7 +115,7 @@ def anthropic_events(whole: dict[str, Any], chunks: int) -> list[bytes]:
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
     out.append(_sse("message_delta", {"type": "message_delta", "delta": {
         "stop_reason": whole["stop_reason"], "stop_sequence": None},
-        "usage": {"output_tokens": usage["output_tokens"]}}))
+        "usage": {"output_tokens": usage["output_tokens"]}, **managed}))
     out.append(_sse("message_stop", {"type": "message_stop"}))
     return out
 

@@ -269,6 +269,11 @@ class Session:
             failed.append(f"{len(over)} upstream request(s) over the {self.window}-token window: "
                           f"{over[:10]}")
         failed += self.fact_failures(outcome.final)
+        dropping = [r.dropped for r in self.agent_requests() if r.dropped]
+        if len(dropping) > len(self.dividers()):
+            failed.append(f"the provider dropped reasoning on {len(dropping)} request(s) "
+                          f"({sum(dropping)} blocks or items) for {len(self.dividers())} "
+                          "compaction(s): at most one request per compaction")
         masked = any(int(a.headers.get("X-Context-Masked", "0") or 0) > 0
                      for a in self.agent_answers())
         placeholder = any(PLACEHOLDER_PREFIX.encode() in r.body for r in self.upstream())

@@ -27,6 +27,7 @@ from aiohttp import web
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.testing.fake import fake_apis
+from proxy.testing.fake.binding import ReasoningBook
 from proxy.testing.fake.echoes import echo
 from proxy.testing.fake.fake_apis import embed as embed  # re-exported: tests embed from here
 from proxy.testing.fake.faults import (
@@ -57,6 +58,7 @@ class Recorded:
     status: int | None = None  # the status of the fake's answer, once it started
     error: str | None = None  # the body of an answer of status >= 400 (not streamed)
     refused: str | None = None  # why the fake refused it (400), in the real API's words
+    dropped: int = 0  # thinking blocks or reasoning items the fake dropped (binding.drops)
 
     @property
     def json(self) -> Any:
@@ -148,9 +150,9 @@ class FakeUpstream:
     record: bool = True
     base_url: str = ""
     reasoning_of: dict[str, str] = field(default_factory=dict)  # issued item id -> its rs_ id
-    # An issued thinking block's signature -> the prefixes it was issued after (models with
-    # preserved thinking only: strict_apis.PRESERVED_THINKING).
+    # Reasoning bound to its history (fake.binding): signature -> prefixes; rs_ id -> prefix.
     thinking_prefixes: dict[str, set[Prefix]] = field(default_factory=dict)
+    reasoning_book: ReasoningBook = field(default_factory=ReasoningBook)
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:

@@ -52,6 +52,13 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
+def _part_of(message: dict[str, Any], whole: dict[str, Any]) -> bool:
+    """Whether ``message``'s blocks are some of ``whole``'s, unchanged and in order."""
+    rest = iter(_blocks(whole))
+    return message["role"] == whole["role"] and all(
+        any(b == c for c in rest) for b in _blocks(message))
+
+
 def _untouched_problems(sent: dict[str, Any], client: list[dict[str, Any]]) -> list[str]:
     """What breaks "not rewritten means byte-identical": an upstream message that is neither
     one of the client's as it was, nor the proxy's summary, nor a masked copy (a result's
@@ -72,6 +79,8 @@ def _untouched_problems(sent: dict[str, Any], client: list[dict[str, Any]]) -> l
                 [{**b, "content": None} for b in _blocks(m)]
                 == [{**b, "content": None} for b in _blocks(c)] for c in client):
             continue
+        if m["role"] == "user" and any(_part_of(m, c) for c in client):
+            continue  # the kept part of a message whose tool results a compaction covered
         problems.append(f"messages.{i} is neither the client's nor the proxy's: {text[:200]}")
         for b in _blocks(m):
             if b.get("type") == "thinking" and json.dumps(b, sort_keys=True) not in thinking:

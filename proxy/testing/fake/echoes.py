@@ -22,8 +22,8 @@ def echo_events(path: str, key: str) -> list[bytes]:
         usage = fake_apis.usage_for(path, 8, 0)
         if path == fake_apis.MESSAGES:
             return fake_events.anthropic_events(
-                fake_apis.anthropic_message("m", message, usage), 1)
-        return fake_events.responses_events("m", fake_apis.responses_output(message), usage, 1)
+                fake_events.anthropic_message("m", message, usage), 1)
+        return fake_events.responses_events("m", fake_events.responses_output(message), usage, 1)
     chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "model": "m",
              "choices": [{"index": 0, "delta": {"content": message["content"]},
                           "finish_reason": None}]}
@@ -35,8 +35,8 @@ def echo_answer(path: str, key: str) -> dict[str, Any]:
     message = {"role": "assistant", "content": f"you sent {key}"}
     usage = fake_apis.usage_for(path, 8, 0)
     if path == fake_apis.MESSAGES:
-        return fake_apis.anthropic_message("m", message, usage)
-    return fake_events.responses_object("m", fake_apis.responses_output(message), usage)
+        return fake_events.anthropic_message("m", message, usage)
+    return fake_events.responses_object("m", fake_events.responses_output(message), usage)
 
 
 async def echo_stream(request: web.Request, key: str) -> web.StreamResponse:

@@ -12,7 +12,9 @@ as each provider keys its own (``cache_rules``).
 With ``FakeUpstream.strict`` (the default) a request is first checked as the real API checks it
 (``proxy.testing.fake.strict_apis``) and refused in its words, before the responder sees it. A
 Messages request with thinking on is answered with a signed thinking block first
-(``sign_thinking``); a Responses answer of a reasoning model opens with a reasoning item.
+(``sign_thinking``); a Responses answer of a reasoning model opens with a reasoning item. On the
+newest models these are bound to their history and dropped when it changed (``binding``); the
+responder reads the history after the provider's own server-side edits (``server_edits``).
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import secrets
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.fake import strict_apis, strict_responses
-from proxy.testing.fake.fake_events import anthropic_events, responses_events, responses_object
+from proxy.testing.fake import binding, server_edits, strict_apis, strict_responses
+from proxy.testing.fake.fake_events import (
+    anthropic_events,
+    anthropic_message,
+    responses_events,
+    responses_object,
+    responses_output,
+)
 from proxy.testing.fake.faults import Fault, answer_json
 from proxy.testing.fake.prompt_cache import PromptCache
 from proxy.testing.fake.strict_apis import sign_thinking as sign_thinking
@@ -43,6 +50,7 @@ class FakeUpstream(Protocol):
     stream_chunks: int
     reasoning_of: dict[str, str]
     thinking_prefixes: dict[str, set[strict_apis.Prefix]]
+    reasoning_book: binding.ReasoningBook
     cache: PromptCache
 
     async def _record(self, request: web.Request) -> Any: ...  # a Recorded
@@ -143,62 +151,6 @@ def as_chat(path: str, body: dict[str, Any]) -> dict[str, Any]:
 # --- answers ---------------------------------------------------------------------------------
 
 
-def anthropic_message(model: str, message: dict[str, Any], usage: dict[str, Any],
-                      thinking: str | None = None) -> dict[str, Any]:
-    """The Messages API answer; ``thinking``: the text of the signed thinking block it opens
-    with (a request with thinking on)."""
-    blocks: list[dict[str, Any]] = [thinking_block(thinking)] if thinking is not None else []
-    if message.get("content"):
-        blocks.append({"type": "text", "text": message["content"]})
-    for call in message.get("tool_calls") or []:
-        blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                       "input": json.loads(call["function"]["arguments"] or "{}")})
-    return {"id": "msg_" + secrets.token_hex(8), "type": "message", "role": "assistant",
-            "model": model, "content": blocks,
-            "stop_reason": "tool_use" if message.get("tool_calls") else "end_turn",
-            "stop_sequence": None, "usage": usage}
-
-
-def reasons(body: dict[str, Any]) -> bool:
-    """Whether the fake's Responses answer opens with a reasoning item: the request sets
-    ``reasoning``, or its model is a reasoning one (``gpt-5*``, ``o1``, ``o3``...)."""
-    model = str(body.get("model") or "")
-    return body.get("reasoning") is not None or model.startswith("gpt-5") or (
-        len(model) > 1 and model[0] == "o" and model[1].isdigit())
-
-
-def responses_output(message: dict[str, Any], body: dict[str, Any] | None = None
-                     ) -> list[dict[str, Any]]:
-    """The output items answering ``body``: a reasoning item first when it ``reasons`` (with
-    ``encrypted_content`` when ``include`` asks for it), the text, then the calls (a custom
-    tool's as ``custom_tool_call``)."""
-    body = body or {}
-    items: list[dict[str, Any]] = []
-    if reasons(body):
-        item: dict[str, Any] = {"type": "reasoning", "id": "rs_" + secrets.token_hex(8),
-                                "summary": []}
-        if "reasoning.encrypted_content" in (body.get("include") or []):
-            item["encrypted_content"] = "enc_" + secrets.token_hex(24)
-        items.append(item)
-    if message.get("content"):
-        items.append({"type": "message", "id": "msg_" + secrets.token_hex(8),
-                      "status": "completed", "role": "assistant",
-                      "content": [{"type": "output_text", "text": message["content"],
-                                   "annotations": []}]})
-    custom = {t.get("name") for t in body.get("tools") or [] if t.get("type") == "custom"}
-    for call in message.get("tool_calls") or []:
-        name = call["function"]["name"]
-        if name in custom:
-            items.append({"type": "custom_tool_call", "id": "ctc_" + secrets.token_hex(8),
-                          "call_id": call["id"], "name": name,
-                          "input": call["function"]["arguments"], "status": "completed"})
-            continue
-        items.append({"type": "function_call", "id": "fc_" + secrets.token_hex(8),
-                      "call_id": call["id"], "name": name,
-                      "arguments": call["function"]["arguments"], "status": "completed"})
-    return items
-
-
 def usage_for(path: str, prompt_tokens: int, cached: int, written: int = 0) -> dict[str, Any]:
     """Usage as each provider reports it: Anthropic's ``input_tokens`` leaves out the tokens
     read from (``cached``) and written to (``written``) the cache; the Responses API's counts
@@ -271,7 +223,8 @@ def strict_check(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     if request.path == MESSAGES:
         return strict_apis.check_messages(body, strict_apis.betas(request.headers),
                                           fake.thinking_prefixes)
-    return strict_responses.check_responses(body, fake.reasoning_of)
+    return strict_responses.check_responses(body, fake.reasoning_of,
+                                            fake.reasoning_book.dropped)
 
 
 def cache_rules(path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +278,14 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if problem is not None:
         rec.refused = problem.message
         return refusal(path, problem)
-    chat = as_chat(path, body)
+    body, dropped = binding.drops(fake, path == MESSAGES, body, request.headers)
+    rec.dropped = len(dropped)
+    seen, managed = server_edits.model_view(
+        body, strict_apis.betas(request.headers), lambda b: fake.measure(as_chat(path, b))[0]
+    ) if path == MESSAGES else (body, None)  # what the model reads of the history
+    changed = ({"input_transformations": dropped} if dropped else {}) | (
+        {"context_management": managed} if managed is not None else {})
+    chat = as_chat(path, seen)
     measured = fake.measure(chat)
     prompt_tokens = measured[0]
     window = fake.models.get(body["model"])
@@ -334,7 +294,7 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         return too_long(path, prompt_tokens, window)
     message = await fake.respond(request, chat, fault)
     cached = fake.cached(request, chat, measured, **cache_rules(path, body))
-    written = cache_written(fake, body, measured, cached) if path == MESSAGES \
+    written = cache_written(fake, seen, measured, cached) if path == MESSAGES \
         else fake.cache.written(prompt_tokens, cached)
     usage = usage_for(path, prompt_tokens, cached, written)
     rec.usage = usage
@@ -342,21 +302,19 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         thinking = (str(message.get("reasoning_content")
                         or THINKING.format(len(body["messages"])))
                     if strict_apis.thinking_enabled(body) else None)
-        whole = anthropic_message(body["model"], message, usage, thinking)
-        if thinking is not None and strict_apis.preserves_thinking(body["model"]):
-            fake.thinking_prefixes.setdefault(whole["content"][0]["signature"], set()).add(
-                strict_apis.prefix_of(body, len(body["messages"]), 0))
+        whole = anthropic_message(body["model"], message, usage, thinking) | changed
+        binding.bind_thinking(fake, body, whole)
         events = anthropic_events(whole, fake.stream_chunks)
     else:
         output = responses_output(message, body)
         if output and output[0]["type"] == "reasoning":
             fake.reasoning_of.update((item["id"], output[0]["id"]) for item in output[1:])
-        whole = responses_object(body["model"], output, usage)
-        events = responses_events(body["model"], output, usage, fake.stream_chunks)
+        binding.bind_reasoning(fake, body, output)
+        whole = responses_object(body["model"], output, usage) | changed
+        events = responses_events(body["model"], output, usage, fake.stream_chunks, changed)
     if body.get("stream"):
         return await fake._stream(request, events, fault)
     return await answer_json(request, whole, fault)
-
 
 
 async def note_answer(request: web.Request, response: web.StreamResponse) -> None:

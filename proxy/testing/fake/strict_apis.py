@@ -22,17 +22,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.testing.fake.prefixes import Prefix as Prefix
+from proxy.testing.fake.prefixes import blocks as _blocks
+from proxy.testing.fake.prefixes import canonical, digest
+from proxy.testing.fake.prefixes import prefix_of as prefix_of
+
 SECRET = b"fake-secret"
 MID_CONVERSATION_SYSTEM = "mid-conversation-tool-changes-2026-07-01"
 MAX_CACHE_CONTROL = 4
-# Models with preserved thinking that refuse a thinking block whose prefix changed (as on an
-# account created after 2026-08-31); names starting with one of these.
-PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5", "claude-opus-5-5")
+# Models with preserved thinking that bind a thinking block to its prefix (refused, or dropped
+# under ``THINKING_BINDING``, when it changed: ``proxy.testing.fake.binding``); names starting
+# with one of these.
+PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5", "claude-opus-5-5",
+                      "claude-sonnet-5-5", "claude-haiku-5-5")
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
 THINKING_BINDING = "thinking-binding-controls-2026-08-01"
 THINKING_TYPES = ("enabled", "adaptive")
 
@@ -87,13 +94,6 @@ def betas(headers: Mapping[str, str]) -> frozenset[str]:
 # --- Anthropic Messages ------------------------------------------------------------------
 
 
-def _blocks(message: Any) -> list[dict[str, Any]]:
-    content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, list):
-        return [b for b in content if isinstance(b, dict)]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else []
-
-
 def _ids(blocks: list[dict[str, Any]], kind: str, field: str) -> list[str]:
     return [str(b.get(field)) for b in blocks if b.get("type") == kind]
 
@@ -114,7 +114,8 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str],
     the last user message that holds no tool result) does not start with a thinking block; on
     a model with preserved thinking (``PRESERVED_THINKING``), a thinking block the fake issued
     (``bound``: signature -> the prefixes it was issued after) whose prefix (system, tools,
-    everything before it) changed, unless ``drop_block`` is asked for under its beta.
+    everything before it) changed, unless ``drop_block`` is asked for under its beta (then
+    ``proxy.testing.fake.binding.drop_thinking`` drops it and every later thinking block).
     """
     return (_shapes(body.get("messages") or []) or _beta_fields(body, beta)
             or _cache_controls(body) or _thinking_settings(body)
@@ -258,62 +259,47 @@ def _signatures(messages: list[Any]) -> Refusal | None:
     return None
 
 
-Prefix = tuple[str, str, str]  # digests of a thinking block's system, tools and messages before
-
-
 def preserves_thinking(model: Any) -> bool:
     return isinstance(model, str) and model.startswith(PRESERVED_THINKING)
 
 
-def _canonical(value: Any) -> Any:
-    """What the prefix check compares: ``cache_control`` markers left out, and a string
-    ``content`` read as the one text block it stands for."""
-    if isinstance(value, list):
-        return [_canonical(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out = {k: _canonical(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(out.get("content"), str) and "role" in out:
-        out["content"] = [{"type": "text", "text": out["content"]}]
-    return out
+def drops_asked(body: Mapping[str, Any], beta: frozenset[str]) -> bool:
+    """Whether the request asks for a block with a changed prefix to be dropped: its beta and
+    ``thinking.block_binding.prefix_mismatch_behavior == "drop_block"``."""
+    thinking = body.get("thinking")
+    binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+    return THINKING_BINDING in beta and isinstance(binding, dict) and binding.get(
+        "prefix_mismatch_behavior") == "drop_block"
 
 
-def _digest(value: Any) -> str:
-    if isinstance(value, str):  # a string system prompt reads as one text block
-        value = [{"type": "text", "text": value}]
-    return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()
-
-
-def prefix_of(body: Mapping[str, Any], message: int, block: int) -> Prefix:
-    """The prefix of a thinking block at ``messages[message].content[block]`` (``message`` may
-    be ``len(messages)``: the answer's own block)."""
-    messages = list(body.get("messages") or [])
-    before = [*messages[:message], *([_blocks(messages[message])[:block]] if block else [])]
-    return _digest(body.get("system")), _digest(body.get("tools")), _digest(before)
+def first_mismatch(body: Mapping[str, Any], bound: Mapping[str, set[Prefix]]
+                   ) -> tuple[int, int, set[Prefix]] | None:
+    """The first thinking block the fake issued (``bound``: signature -> the prefixes it was
+    issued after) whose prefix in ``body`` is none of those: (message, block, its prefixes)."""
+    for i, m in enumerate(body.get("messages") or []):
+        for j, b in enumerate(_blocks(m)):
+            made = bound.get(str(b.get("signature"))) if b.get("type") == "thinking" else None
+            if made and prefix_of(body, i, j) not in made:
+                return i, j, made
+    return None
 
 
 def _prefixes(body: Mapping[str, Any], beta: frozenset[str],
               bound: Mapping[str, set[Prefix]]) -> Refusal | None:
-    thinking = body.get("thinking")
-    thinking = thinking if isinstance(thinking, dict) else {}
-    dropping = THINKING_BINDING in beta and (thinking.get("block_binding") or {}).get(
-        "prefix_mismatch_behavior") == "drop_block"
-    if dropping or not preserves_thinking(body.get("model")):
+    if drops_asked(body, beta) or not preserves_thinking(body.get("model")):
         return None
-    for i, m in enumerate(body.get("messages") or []):
-        for j, b in enumerate(_blocks(m)):
-            made = bound.get(str(b.get("signature"))) if b.get("type") == "thinking" else None
-            if not made or prefix_of(body, i, j) in made:
-                continue
-            why = (" The `system` prompt differs from the one this block was created with."
-                   if _digest(body.get("system")) not in {p[0] for p in made} else "")
-            return Refusal(
-                f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block "
-                "is bound to a different conversation. Remove the block, or set "
-                "`thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\". That "
-                f"setting requires the `{THINKING_BINDING}` value in the `anthropic-beta` "
-                f"header.{why}")
-    return None
+    found = first_mismatch(body, bound)
+    if found is None:
+        return None
+    i, j, made = found
+    why = (" The `system` prompt differs from the one this block was created with."
+           if digest(canonical(body.get("system"))) not in {p[0] for p in made} else "")
+    return Refusal(
+        f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block "
+        "is bound to a different conversation. Remove the block, or set "
+        "`thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\". That "
+        f"setting requires the `{THINKING_BINDING}` value in the `anthropic-beta` "
+        f"header.{why}")
 
 
 def _thinking_turn(body: Mapping[str, Any]) -> Refusal | None:
@@ -334,7 +320,7 @@ def _thinking_turn(body: Mapping[str, Any]) -> Refusal | None:
         return None
     blocks = _blocks(first[1])
     found = blocks[0].get("type") if blocks else "nothing"
-    if found in ("thinking", "redacted_thinking"):
+    if found in (*THINKING_BLOCKS, "compaction"):  # a compacted turn: not known, accepted
         return None
     return Refusal(
         f"messages.{first[0]}.content.0.type: Expected `thinking` or `redacted_thinking`, but "

@@ -3,7 +3,7 @@ contract they share: ``None`` when the real API would accept the body, else its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from proxy.testing.fake.strict_apis import Refusal
@@ -16,6 +16,8 @@ RESPONSES_ITEM_TYPES = frozenset({
     "web_search_call", "file_search_call", "computer_call", "computer_call_output",
     "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools",
     "mcp_approval_request", "mcp_approval_response", "compaction", "item_reference",
+    "compaction_trigger", "configuration_update", "additional_tools", "program",
+    "program_output",
 })
 RESPONSES_ROLES = ("assistant", "system", "developer", "user")
 # The content part types of a message's content list, by role (any role but the assistant's:
@@ -28,8 +30,8 @@ CALLS = {"function_call": ("function_call_output", "function call"),
 OUTPUTS = {out: (call, name) for call, (out, name) in CALLS.items()}
 
 
-def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
-                    ) -> Refusal | None:
+def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str],
+                    dropped: Collection[str] = ()) -> Refusal | None:
     """The first thing the real Responses API refuses in ``body``.
 
     Checked: item types and message roles it does not know; an output (``function_call_output``,
@@ -37,7 +39,8 @@ def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
     is not later (both skipped when ``previous_response_id`` or ``conversation`` brings stored
     items); an item carrying the id of one the fake issued after a reasoning item
     (``reasoning_of``: item id -> reasoning id) without that reasoning item before it in the same
-    turn (since the last user message), and a reasoning item the fake issued that is not
+    turn (since the last user message) unless the fake itself dropped that reasoning item
+    (``dropped``: its prefix had changed), and a reasoning item the fake issued that is not
     followed by an assistant item (it ends the input, or a user message, a tool output or
     another reasoning item comes next). Items without ids are not checked for reasoning.
     """
@@ -47,7 +50,7 @@ def check_responses(body: Mapping[str, Any], reasoning_of: Mapping[str, str]
     return (_item_kinds(items)
             or (None if body.get("previous_response_id") or body.get("conversation")
                 else _pairs(items))
-            or _reasoning(items, reasoning_of) or _following(items, reasoning_of))
+            or _reasoning(items, reasoning_of, dropped) or _following(items, reasoning_of))
 
 
 def _item_kinds(items: list[Any]) -> Refusal | None:
@@ -93,7 +96,8 @@ def _pairs(items: list[Any]) -> Refusal | None:
     return None
 
 
-def _reasoning(items: list[Any], reasoning_of: Mapping[str, str]) -> Refusal | None:
+def _reasoning(items: list[Any], reasoning_of: Mapping[str, str], dropped: Collection[str]
+               ) -> Refusal | None:
     seen: set[str] = set()  # reasoning ids since the last user message
     for item in items:
         kind = item.get("type", "message")
@@ -103,7 +107,7 @@ def _reasoning(items: list[Any], reasoning_of: Mapping[str, str]) -> Refusal | N
         if kind == "reasoning" and isinstance(item_id, str):
             seen.add(item_id)
         needed = reasoning_of.get(item_id) if isinstance(item_id, str) else None
-        if needed is not None and needed not in seen:
+        if needed is not None and needed not in seen and needed not in dropped:
             return Refusal(f"Item '{item_id}' of type '{kind}' was provided without its "
                            f"required 'reasoning' item: '{needed}'.", "input")
     return None

@@ -64,3 +64,16 @@ def test_issued_items_need_their_reasoning_and_reasoning_its_follower() -> None:
     assert alone is not None and "without its required following item" in alone.message
     new_turn = check(USER, reasoning, USER, call, OUTPUT, reasoning_of=issued)
     assert new_turn is not None  # a user message starts a turn: the reasoning is left behind
+
+
+def test_newer_item_types_are_known() -> None:
+    assert check(USER, {"type": "compaction", "encrypted_content": "zzz"},
+                 {"type": "compaction_trigger"}, {"type": "configuration_update"},
+                 {"type": "additional_tools", "tools": []}, {"type": "program", "id": "p1"},
+                 {"type": "program_output", "id": "p2"}, USER) is None
+
+
+def test_items_whose_reasoning_the_fake_dropped_need_it_no_more() -> None:
+    call = {**CALL, "id": "fc_9"}
+    assert check(USER, call, OUTPUT, reasoning_of={"fc_9": "rs_1"}) is not None
+    assert check_responses({"input": [USER, call, OUTPUT]}, {"fc_9": "rs_1"}, {"rs_1"}) is None

@@ -141,6 +141,8 @@ class Played:
     verbatim: bool = True  # the newest keep_recent results as the client sent them, every turn
     errors: int = 0
     seconds: float = 0.0
+    reasoning_lost: int = 0  # on a reasoning-bound model: items removed or dropped
+    bound: bool = False  # played on a reasoning-bound model (``bench/session_bound.py``)
 
 
 def _spill_text(base_url: str, key: str, conversation: str, sid: str) -> str:
@@ -242,13 +244,23 @@ def selected(only: Sequence[str] = ()) -> list[Cell]:
     return [c for c in cells() if not only or any(fnmatch.fnmatchcase(c.name, o) for o in only)]
 
 
-def run(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None
-        ) -> list[Played]:
-    """Every selected cell under every policy; ``extra`` fields join the default policy."""
-    jobs = [(c, p, extra if p == "default" else None) for c in selected(only) for p in POLICIES]
-    jobs.sort(key=lambda j: -j[0].turns() * j[0].window)  # longest first: the pool ends together
+def _play(bound: bool, cell: Cell, policy: str, extra: dict[str, Any] | None) -> Played:
+    if not bound:
+        return play(cell, policy, extra)
+    from bench.session_bound import play_bound  # it builds on this module
+
+    return play_bound(cell, policy, extra)
+
+
+def run(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None,
+        bound: bool = True) -> list[Played]:
+    """Every selected cell under every policy, and again on a reasoning-bound model
+    (``bound``); ``extra`` fields join the default policy."""
+    jobs = [(b, c, p, extra if p == "default" else None) for b in (False, True)[:1 + bound]
+            for c in selected(only) for p in POLICIES]
+    jobs.sort(key=lambda j: -j[1].turns() * j[1].window)  # longest first: the pool ends together
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(play, *zip(*jobs, strict=True)))
+        return list(pool.map(_play, *zip(*jobs, strict=True)))
 
 
 def _row(p: Played) -> str:
@@ -288,7 +300,8 @@ def report(results: Sequence[Played]) -> list[str]:
     """Print the table; return the cells where the default fails acceptance 1 or 3."""
     by: dict[Cell, dict[str, Played]] = {}
     for p in results:
-        by.setdefault(p.cell, {})[p.policy] = p
+        if not p.bound:
+            by.setdefault(p.cell, {})[p.policy] = p
     print(f"{'cell':<22} {'turns':>5} {'policy':<7} {'s1.0':>5} {'s1.25':>5} {'f1.0':>5} "
           f"{'f1.25':>5} {'cach':>5} {'rewr':>4} {'summ':>4} {'s.cch':>5} {'cons':>4} "
           f"{'lost':>4} {'over':>4} {'vrb':>3} {'err':>3}  verdict")
@@ -320,10 +333,15 @@ def report(results: Sequence[Played]) -> list[str]:
     return losses
 
 
-def main(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None) -> int:
+def main(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None,
+         bound: bool = True) -> int:
     started = time.monotonic()
-    results = run(workers, only, extra)
+    results = run(workers, only, extra, bound)
     report(results)
+    if bound:
+        from bench.session_bound import report_bound
+
+        report_bound([p for p in results if p.bound])
     print(f"played {len(results)} sessions in {time.monotonic() - started:.0f} s "
           f"with {workers} processes")
     return 0

@@ -123,8 +123,9 @@ class Metrics:
         self.reasoning_lost = Counter(
             "context_proxy_reasoning_lost",
             "Thinking blocks and reasoning items lost on models that bind reasoning to its "
-            "history, by cause: compaction (the proxy summarized or carried the turns that held "
-            "them), provider (the upstream dropped them, listed in input_transformations).",
+            "history, by cause: compaction (turns a compaction carried as text in its summary "
+            "message, without their reasoning), provider (the upstream dropped them, listed "
+            "in input_transformations).",
             ["model", "cause"], registry=r)
 
         # --- policies (SPEC section 7) ---

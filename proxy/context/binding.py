@@ -14,9 +14,12 @@ alias, a fine-tune) or a provider that changes its rules.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.policy.model import Policy
+
+if TYPE_CHECKING:
+    from proxy.context.stages.plan import Plan
 
 
 class _Reasoned(Protocol):
@@ -25,12 +28,6 @@ class _Reasoned(Protocol):
     @property
     def reasoned(self) -> frozenset[int]: ...
 
-
-class _Covering(Protocol):
-    @property
-    def covered(self) -> int: ...
-    @property
-    def view(self) -> object: ...
 
 # Anthropic names, found anywhere in the name (dates and cloud prefixes vary:
 # ``claude-opus-5-5-20261001``, ``us.anthropic.claude-sonnet-5-5``).
@@ -63,12 +60,11 @@ def binds(adapted: _Reasoned | None, model: str, policy: Policy) -> bool:
     return adapted is not None and adapted.reasoning and reasoning_bound(model, policy)
 
 
-def removed(adapted: _Reasoned | None, plan: _Covering) -> int:
-    """How many turns that carried reasoning a compaction on a bound model took out of the
-    list (summarized or carried as text): those the plan newly covers, after what the
-    conversation's earlier summary covered."""
-    if adapted is None:
+def removed(adapted: _Reasoned | None, plan: Plan) -> int:
+    """How many turns that carried reasoning a compaction on a bound model left in the list
+    without it: the turns it carried as text inside its summary message (the ones a summary
+    replaced need no reasoning; these the model still reads, and redoes what it thought)."""
+    if adapted is None or plan.compaction is None:
         return 0
-    prior = getattr(plan.view, "prior", None)
-    start = prior.covered if prior is not None else 0
-    return sum(1 for i in adapted.reasoned if start <= i < plan.covered)
+    origin = plan.view.origin
+    return sum(1 for i in plan.compaction.carried if origin[i] in adapted.reasoned)

@@ -74,7 +74,9 @@ def test_claude_code_on_a_reasoning_bound_model(make_harness: Callable[..., Harn
     assert len(s.dividers()) >= 1
     removed = sum(int(a.headers.get("X-Context-Reasoning-Removed", "0"))
                   for a in s.agent_answers())
-    assert removed > 0, "no compaction said it removed bound reasoning"
+    # At 32k the newest turns are carried as text (their thinking counted as removed); at 16k
+    # beside Claude Code's 12k fixed part there is room for none.
+    assert removed > 0 or window < WINDOW, "no compaction said it removed bound reasoning"
     text = scrape(s.harness.base_url.removesuffix("/v1"))
     assert metric(text, "context_proxy_reasoning_lost_total", model="claude-opus-5-5",
                   cause="compaction") == removed

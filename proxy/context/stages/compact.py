@@ -80,6 +80,13 @@ class CompactionPlan:
     new_messages: int = 0  # summarized messages that are not earlier summaries
     new_tokens: int = 0  # their tokens: how much new there is to summarize
     carried: tuple[int, ...] = ()  # covered messages the summary message carries verbatim
+    end: int = 0  # where the covered part ends, when past ``cut`` (messages carried)
+
+    @property
+    def covers(self) -> int:
+        """How many leading messages the summary message stands for (``cut``, or ``end`` when
+        it carries the messages after the cut)."""
+        return max(self.cut, self.end)
 
     @property
     def summarizable(self) -> bool:
@@ -300,14 +307,15 @@ def carry_to_end(plan: CompactionPlan, messages: Sequence[Mapping[str, Any]],
                  tokens: Sequence[int], overhead: int) -> CompactionPlan:
     """The plan on a model that binds reasoning to its history: nothing made before the
     compaction may stay after its summary (its reasoning would no longer match what precedes
-    it), so the cut moves to the list's end. The newest messages that fit under the trigger
-    beside the preserved ones and the summary (``tokens`` aligns with ``messages``;
-    ``overhead``: the request's tools and priming) are carried verbatim inside the summary
-    message (``carried``), after the summary's text, the older ones of the keep window are
-    summarized; so are preserved assistant turns and tool results (pinned tools), since their
-    reasoning would move too; system and developer messages (what the proxy does not read)
-    stay verbatim before the summary. The list sent then ends with the summary, so the model
-    starts a new turn whose reasoning is bound to the rewritten list."""
+    it), so the summary covers the whole list (``end``). The newest messages that fit under
+    the trigger beside the preserved ones and the summary (``tokens`` aligns with
+    ``messages``; ``overhead``: the request's tools and priming) are carried verbatim inside
+    the summary message (``carried``), after the summary's text; the cut moves to the first of
+    them, so the older messages of the keep window are summarized, on the cached prefix like
+    the rest. Preserved assistant turns and tool results (pinned tools) are summarized too,
+    since their reasoning would move; system and developer messages (what the proxy does not
+    read) stay verbatim before the summary. The list sent then ends with the summary, so the
+    model starts a new turn whose reasoning is bound to the rewritten list."""
     n = len(messages)
     def opaque(i: int) -> bool:
         return messages[i].get("role") in ("system", "developer")
@@ -317,19 +325,19 @@ def carry_to_end(plan: CompactionPlan, messages: Sequence[Mapping[str, Any]],
                  if not turn(i))
     room = plan.trigger_tokens - overhead - sum(tokens[i] for i in keep) - \
         plan.summary_max_tokens - 2 * SUMMARY_FRAME_TOKENS
-    carried: list[int] = []
-    for i in range(n - 1, plan.cut - 1, -1):
-        if opaque(i):
-            continue
-        room -= tokens[i]
-        if room < 0:
-            break
-        carried.insert(0, i)
+    cut = n
+    while cut > plan.cut and (opaque(cut - 1) or room >= tokens[cut - 1]):
+        room -= 0 if opaque(cut - 1) else tokens[cut - 1]
+        cut -= 1
+    starts = {start for start, _ in group_bounds(messages)}
+    while cut < n and cut not in starts:  # a call stays with its results on the cached prefix
+        cut += 1
+    carried = tuple(i for i in range(cut, n) if not opaque(i))
     summarize = {*plan.summarize, *(i for i in plan.preserved if turn(i)),
-                 *(i for i in range(plan.cut, n) if not opaque(i) and i not in carried)}
+                 *(i for i in range(plan.cut, cut) if not opaque(i))}
     new = [i for i in (*summarize, *carried) if not is_summary(messages[i])]
-    return replace(plan, cut=n, preserved=keep, summarize=tuple(sorted(summarize)),
-                   keep_start=n, carried=tuple(carried), new_messages=len(new),
+    return replace(plan, cut=cut, end=n, preserved=keep, summarize=tuple(sorted(summarize)),
+                   keep_start=n, carried=carried, new_messages=len(new),
                    new_tokens=sum(tokens[i] for i in new))
 
 
@@ -337,14 +345,14 @@ def apply_summary(
     messages: Sequence[Mapping[str, Any]], plan: CompactionPlan, summary_text: str,
     policy: Policy,
 ) -> list[dict[str, Any]]:
-    """The rewritten list: preserved messages before the cut, the summary, ``messages[cut:]``.
+    """The rewritten list: preserved messages, the summary, ``messages[plan.covers:]``.
 
     ``messages`` may have grown past the request the plan was made for (new turns appended);
-    its first ``plan.cut`` messages must be the ones the plan covered (the caller checks that,
+    its first ``plan.covers`` messages must be the ones the plan covered (the caller checks that,
     e.g. by the stored prefix hash).
     """
-    if len(messages) < plan.cut:
-        raise ValueError(f"plan covers {plan.cut} messages, list has {len(messages)}")
+    if len(messages) < plan.covers:
+        raise ValueError(f"plan covers {plan.covers} messages, list has {len(messages)}")
     msgs = as_dicts(messages)
     return [*(msgs[i] for i in plan.preserved), summary_message(summary_text, policy),
-            *msgs[plan.cut:]]
+            *msgs[plan.covers:]]

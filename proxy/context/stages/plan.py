@@ -147,7 +147,7 @@ def plan(messages: Sequence[Mapping[str, Any]], scope: Scope, prior: Prior | Non
                     compaction_at=compaction_at)
     assert cplan is not None
     origin = view.origin
-    covered = origin[cplan.cut] if cplan.cut < len(origin) else len(messages)
+    covered = origin[cplan.covers] if cplan.covers < len(origin) else len(messages)
     preserved = tuple(origin[i] for i in cplan.preserved if origin[i] >= 0)
     return Plan(view, mask, cplan, before, action, covered, preserved, previous, kept,
                 compaction_at)

@@ -132,6 +132,10 @@ def _money(out: TextIO, h: Harness) -> None:
               f"writes, ${PRICES['output_per_mtok']:g} output): spent upstream "
               f"${spent:.4f}; the client's own requests would have cost ${without:.4f} "
               f"without the proxy; saved {'-' if saved < 0 else ''}${abs(saved):.4f}{share}\n")
+    lost = h.metric("context_proxy_reasoning_lost_total")
+    out.write(f"Reasoning lost: {lost:.0f} thinking blocks or reasoning items (only models that "
+              "bind reasoning to its history lose any: the newest Claude and GPT models; "
+              "docs/apis.md)\n")
 
 
 @dataclass

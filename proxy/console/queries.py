@@ -40,6 +40,12 @@ class Totals:
         return self.counts["cost_without_usd"] - self.counts["cost_spent_usd"]
 
     @property
+    def reasoning_lost(self) -> int:
+        """Thinking blocks and reasoning items lost on models that bind reasoning: turns a
+        compaction carried without theirs, and what the provider dropped."""
+        return int(self.counts["reasoning_removed"] + self.counts["reasoning_dropped"])
+
+    @property
     def cached_share(self) -> float | None:
         prompt = self.counts["prompt_tokens"]
         return self.counts["cached_tokens"] / prompt if prompt else None

@@ -30,6 +30,7 @@ TYPES: dict[str, dict[str, str]] = {
 COST_COUNTS = {"usage_totals": ("cache_write_tokens", "summary_cache_write_tokens"),
                "usage_hourly": ("cache_write_tokens",)}
 COST_MONEY = ("cost_spent_usd", "cost_without_usd")
+REASONING_COUNTS = ("reasoning_removed", "reasoning_dropped")  # migration 014
 
 # Which migrations a database has (created before the first one runs).
 MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS _migrations (name {text} PRIMARY KEY, "
@@ -142,6 +143,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("013_keys_changed", (
         "ALTER TABLE keys ADD COLUMN changed_version {int} NOT NULL DEFAULT 0",
         "CREATE INDEX idx_keys_changed_version ON keys (changed_version)")),
+    # Reasoning lost on models that bind it to its history, per conversation and model and per
+    # organization, user and hour: turns a compaction carried without their reasoning
+    # (removed) and items the provider dropped (dropped, its input_transformations).
+    Migration("014_reasoning_lost", tuple(
+        f"ALTER TABLE {table} ADD COLUMN {c} {{int}} NOT NULL DEFAULT 0"
+        for table in ("usage_totals", "usage_hourly") for c in REASONING_COUNTS)),
 )
 
 

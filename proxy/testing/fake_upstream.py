@@ -27,7 +27,6 @@ from aiohttp import web
 from proxy.context.stages.summary import SUMMARY_SYSTEM_PROMPT
 from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.testing.fake import fake_apis
-from proxy.testing.fake.binding import ReasoningBook
 from proxy.testing.fake.echoes import echo
 from proxy.testing.fake.fake_apis import embed as embed  # re-exported: tests embed from here
 from proxy.testing.fake.faults import (
@@ -41,6 +40,7 @@ from proxy.testing.fake.faults import (
     write,
 )
 from proxy.testing.fake.faults import Fault as Fault  # re-exported: tests script faults from here
+from proxy.testing.fake.prefix_check import ReasoningBook
 from proxy.testing.fake.prompt_cache import PromptCache as PromptCache  # re-exported
 from proxy.testing.fake.strict_apis import Prefix
 
@@ -150,7 +150,7 @@ class FakeUpstream:
     record: bool = True
     base_url: str = ""
     reasoning_of: dict[str, str] = field(default_factory=dict)  # issued item id -> its rs_ id
-    # Reasoning bound to its history (fake.binding): signature -> prefixes; rs_ id -> prefix.
+    # Reasoning bound to its history (fake.prefix_check): signature -> prefixes; rs_ id -> prefix.
     thinking_prefixes: dict[str, set[Prefix]] = field(default_factory=dict)
     reasoning_book: ReasoningBook = field(default_factory=ReasoningBook)
     _runner: web.AppRunner | None = None

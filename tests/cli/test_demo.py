@@ -73,6 +73,7 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     spent, without, sign, saved = money.groups()
     assert float(spent) > 0 and float(without) > 0
     assert float(f"{sign}{saved}") == pytest.approx(float(without) - float(spent), abs=2e-4)
+    assert "Reasoning lost: 0 thinking blocks or reasoning items" in text  # binds none
 
 
 def test_masked_counts_the_placeholders_sent() -> None:

@@ -69,7 +69,8 @@ class Ledger:
         """The money of a request whose upstream answer reported ``usage``."""
         p = self.prices(job.request.model, job.policy)
         mine = money.without_proxy(usage, report.tokens_before, report.tokens_after,
-                                   report.messages is None, self._baselines.get(job.key))
+                                   report.messages is None, self._baselines.get(job.key),
+                                   usage.dropped + report.reasoning_removed)
         return Money(money.cost(usage, p), money.cost(mine, p))
 
     def estimate(self, job: Job, report: ContextReport) -> Money:
@@ -85,7 +86,8 @@ class Ledger:
         """Count a managed request's upstream call and remember it as the conversation's
         baseline; returns its money (``priced`` when the caller priced it already)."""
         priced = priced or self.actual(job, report, usage)
-        self._count(job, job.request.model, usage, priced, summary=False)
+        self._count(job, job.request.model, usage, priced, summary=False,
+                    lost=(report.reasoning_removed, usage.dropped))
         self._baselines[job.key] = Baseline(
             money.client_prompt(usage, report.tokens_before, report.tokens_after),
             report.messages is None, usage.written > 0)
@@ -100,10 +102,10 @@ class Ledger:
         self._count(job, model, usage, Money(spent, 0.0), summary=True)
 
     def _count(self, job: Job, model: str, usage: UpstreamUsage, priced: Money,
-               summary: bool) -> None:
+               summary: bool, lost: tuple[int, int] = (0, 0)) -> None:
         self.metrics.upstream_usage(model, usage.prompt, usage.cached, usage.written)
         self.metrics.money(model, priced.spent, priced.without)
         self.records.add_upstream_usage(
             job.principal.org, job.key, model, usage.prompt, usage.cached,
             written=usage.written, summary=summary, user=job.principal.user,
-            spent=priced.spent, without=priced.without)
+            spent=priced.spent, without=priced.without, lost=lost)

@@ -12,7 +12,10 @@ own request would have cost without the proxy. Pure and synchronous: figures in,
 - Without the proxy the client's request would have sent its whole prompt (the upstream's count
   scaled by the proxy's estimates of the transcript as the client sent it and as it went up),
   read from the cache up to the client's previous request of the conversation, written to it
-  beyond that (when the provider reported cache writes for the call), with the same output.
+  beyond that (when the provider reported cache writes for the call), with the same output,
+  less the redo of the reasoning lost on a model that binds it (``REDO_TOKENS`` output tokens
+  for each item the provider dropped or the proxy's compaction carried without its reasoning):
+  the client's own request, which only appends, would have lost none.
   When this request and the previous one went upstream as the client sent them, the upstream's
   own figures are that request's: then nothing is saved and nothing is lost.
 """
@@ -27,6 +30,7 @@ from proxy.policy.model import ModelPrices
 from proxy.upstream.usage import UpstreamUsage
 
 WRITE_MARKUP = 1.25  # a cache write's price, in input prices, when the cost map has none
+REDO_TOKENS = 300  # output tokens a lost reasoning item makes the model redo (an estimate)
 _MTOK = 1_000_000
 
 
@@ -120,15 +124,17 @@ def client_prompt(usage: UpstreamUsage, before: int, after: int) -> int:
 
 
 def without_proxy(usage: UpstreamUsage, before: int, after: int, as_sent: bool,
-                  previous: Baseline | None) -> UpstreamUsage:
-    """The usage the client's own request would have reported (see the module's contract)."""
+                  previous: Baseline | None, lost: int = 0) -> UpstreamUsage:
+    """The usage the client's own request would have reported (see the module's contract);
+    ``lost``: reasoning items this request lost (their redo is in its output)."""
+    output = max(0, usage.output - lost * REDO_TOKENS)
     if as_sent and (previous is None or previous.as_sent):
-        return usage
+        return UpstreamUsage(usage.prompt, usage.cached, usage.written, output)
     prompt = client_prompt(usage, before, after)
     caches = usage.cached > 0 or usage.written > 0  # the provider caches this conversation
     cached = min(prompt, previous.client_prompt) if caches and previous is not None else 0
     written = prompt - cached if usage.written > 0 else 0
-    return UpstreamUsage(prompt, cached, written, usage.output)
+    return UpstreamUsage(prompt, cached, written, output)
 
 
 def estimate(before: int, after: int, kept: int, as_sent: bool, previous: Baseline | None,

@@ -27,8 +27,10 @@ from proxy.store.base import CommitUnknown
 
 TOTALS = ("requests", "prompt_tokens", "cached_tokens", "summary_calls",
           "summary_prompt_tokens", "summary_cached_tokens", "cache_write_tokens",
-          "summary_cache_write_tokens", "cost_spent_usd", "cost_without_usd")
+          "summary_cache_write_tokens", "cost_spent_usd", "cost_without_usd",
+          "reasoning_removed", "reasoning_dropped")
 _WRITTEN, _SPENT = TOTALS.index("cache_write_tokens"), TOTALS.index("cost_spent_usd")
+_REMOVED = TOTALS.index("reasoning_removed")
 BATCH_IDS_KEPT_S = 86_400.0
 
 Key = tuple[str, str, str]  # (org, conversation, model)
@@ -77,8 +79,10 @@ class UsageBook:
         self.unconfirmed: list[Batch] = []  # written with an unknown outcome, oldest first
 
     def add(self, key: Key, prompt_tokens: int, cached_tokens: int, *, written: int,
-            summary: bool, spent: float, without: float) -> None:
-        """Count one upstream call of a conversation (its hourly share is the caller's)."""
+            summary: bool, spent: float, without: float, lost: tuple[int, int] = (0, 0)
+            ) -> None:
+        """Count one upstream call of a conversation (its hourly share is the caller's);
+        ``lost``: the reasoning it lost, (removed by a compaction, dropped by the provider)."""
         row = self.current.totals.setdefault(key, [0] * len(TOTALS))
         at = 3 if summary else 0
         row[at] += 1
@@ -87,6 +91,8 @@ class UsageBook:
         row[_WRITTEN + summary] += written
         row[_SPENT] += spent
         row[_SPENT + 1] += without
+        row[_REMOVED] += lost[0]
+        row[_REMOVED + 1] += lost[1]
 
     def take(self) -> list[Batch]:
         """The batches to write now: the unconfirmed ones, then what was counted since."""

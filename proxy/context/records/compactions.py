@@ -326,15 +326,15 @@ class Records:
     def add_upstream_usage(self, org: str, conversation: str, model: str, prompt_tokens: int,
                            cached_tokens: int, *, written: int = 0, summary: bool = False,
                            user: str | None = None, spent: float = 0.0,
-                           without: float = 0.0) -> None:
+                           without: float = 0.0, lost: tuple[int, int] = (0, 0)) -> None:
         """Count one upstream call of the conversation (``written``: the tokens it stored in
         the prompt cache; ``spent`` and ``without``: its money in US dollars, upstream and
         without the proxy); written by ``flush_usage`` (in batches, so a busy conversation does
         not cost a disk write per turn)."""
         self.hourly.upstream(org, user, prompt_tokens, cached_tokens, written=written,
-                             spent=spent, without=without)
+                             spent=spent, without=without, lost=lost)
         self.book.add((org, conversation, model), prompt_tokens, cached_tokens,
-                      written=written, summary=summary, spent=spent, without=without)
+                      written=written, summary=summary, spent=spent, without=without, lost=lost)
 
     async def flush_usage(self) -> None:
         """Write the usage counted since the last flush (and any batch whose write had an

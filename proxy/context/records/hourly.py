@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 
 OUTCOMES = ("auto", "manual", "reused", "failed", "insufficient")
 MONEY = ("cost_spent_usd", "cost_without_usd")
+REASONING = ("reasoning_removed", "reasoning_dropped")  # lost on models that bind it
 COUNTS = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
-          *(f"outcome_{o}" for o in OUTCOMES), "cache_write_tokens", *MONEY)
+          *(f"outcome_{o}" for o in OUTCOMES), "cache_write_tokens", *MONEY, *REASONING)
 _PROMPT, _CACHED = COUNTS.index("prompt_tokens"), COUNTS.index("cached_tokens")
 _WRITTEN, _SPENT = COUNTS.index("cache_write_tokens"), COUNTS.index("cost_spent_usd")
+_REMOVED = COUNTS.index("reasoning_removed")
 
 Row = tuple[str, str, int]  # (org, user or '', hour start in epoch seconds)
 
@@ -72,14 +74,17 @@ class HourlyUsage:
 
     def upstream(self, org: str, user: str | None, prompt_tokens: int, cached_tokens: int,
                  now: float | None = None, *, written: int = 0, spent: float = 0.0,
-                 without: float = 0.0) -> None:
-        """Count what the upstream reported for one call, and its money (US dollars)."""
+                 without: float = 0.0, lost: tuple[int, int] = (0, 0)) -> None:
+        """Count what the upstream reported for one call, its money (US dollars) and the
+        reasoning it lost (removed by a compaction, dropped by the provider)."""
         row = self._row(org, user, time.time() if now is None else now)
         row[_PROMPT] += prompt_tokens
         row[_CACHED] += cached_tokens
         row[_WRITTEN] += written
         row[_SPENT] += spent
         row[_SPENT + 1] += without
+        row[_REMOVED] += lost[0]
+        row[_REMOVED + 1] += lost[1]
 
     def take(self) -> HourlyUsage:
         """Hand over what was counted and start afresh."""

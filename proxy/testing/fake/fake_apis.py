@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.fake import binding, server_edits, strict_apis, strict_responses
+from proxy.testing.fake import prefix_check, server_edits, strict_apis, strict_responses
 from proxy.testing.fake.fake_events import (
     anthropic_events,
     anthropic_message,
@@ -50,7 +50,7 @@ class FakeUpstream(Protocol):
     stream_chunks: int
     reasoning_of: dict[str, str]
     thinking_prefixes: dict[str, set[strict_apis.Prefix]]
-    reasoning_book: binding.ReasoningBook
+    reasoning_book: prefix_check.ReasoningBook
     cache: PromptCache
 
     async def _record(self, request: web.Request) -> Any: ...  # a Recorded
@@ -278,7 +278,7 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if problem is not None:
         rec.refused = problem.message
         return refusal(path, problem)
-    body, dropped = binding.drops(fake, path == MESSAGES, body, request.headers)
+    body, dropped = prefix_check.drops(fake, path == MESSAGES, body, request.headers)
     rec.dropped = len(dropped)
     seen, managed = server_edits.model_view(
         body, strict_apis.betas(request.headers), lambda b: fake.measure(as_chat(path, b))[0]
@@ -303,13 +303,13 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
                         or THINKING.format(len(body["messages"])))
                     if strict_apis.thinking_enabled(body) else None)
         whole = anthropic_message(body["model"], message, usage, thinking) | changed
-        binding.bind_thinking(fake, body, whole)
+        prefix_check.bind_thinking(fake, body, whole)
         events = anthropic_events(whole, fake.stream_chunks)
     else:
         output = responses_output(message, body)
         if output and output[0]["type"] == "reasoning":
             fake.reasoning_of.update((item["id"], output[0]["id"]) for item in output[1:])
-        binding.bind_reasoning(fake, body, output)
+        prefix_check.bind_reasoning(fake, body, output)
         whole = responses_object(body["model"], output, usage) | changed
         events = responses_events(body["model"], output, usage, fake.stream_chunks, changed)
     if body.get("stream"):

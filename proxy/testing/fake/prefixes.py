@@ -1,5 +1,5 @@
 """What a replayed thinking block or reasoning item is bound to: a digest of its prefix, the
-history before it as its request sent it, read canonically (``proxy.testing.fake.binding``).
+history before it as its request sent it, read canonically (``proxy.testing.fake.prefix_check``).
 
 Anthropic Messages: a block's prefix is ``system``, ``tools`` and every message (and every
 earlier block of its own message) before it; ``cache_control`` markers are left aside and a

@@ -1,6 +1,6 @@
 """What the model reads of a Messages request after the provider's own server-side edits, which
 the API makes itself and which never invalidate a thinking block's binding (the prefix it
-checks is the one the client sent: ``proxy.testing.fake.binding``).
+checks is the one the client sent: ``proxy.testing.fake.prefix_check``).
 
 - A ``compaction`` block in an assistant message (the API's own compaction): everything before
   that message is ignored; the model reads the compaction's ``content`` text as the start of the

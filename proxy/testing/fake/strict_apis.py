@@ -35,7 +35,7 @@ SECRET = b"fake-secret"
 MID_CONVERSATION_SYSTEM = "mid-conversation-tool-changes-2026-07-01"
 MAX_CACHE_CONTROL = 4
 # Models with preserved thinking that bind a thinking block to its prefix (refused, or dropped
-# under ``THINKING_BINDING``, when it changed: ``proxy.testing.fake.binding``); names starting
+# under ``THINKING_BINDING``, when it changed: ``proxy.testing.fake.prefix_check``); names starting
 # with one of these.
 PRESERVED_THINKING = ("claude-fable-5", "claude-mythos-5", "claude-opus-5-5",
                       "claude-sonnet-5-5", "claude-haiku-5-5")
@@ -115,7 +115,7 @@ def check_messages(body: Mapping[str, Any], beta: frozenset[str],
     a model with preserved thinking (``PRESERVED_THINKING``), a thinking block the fake issued
     (``bound``: signature -> the prefixes it was issued after) whose prefix (system, tools,
     everything before it) changed, unless ``drop_block`` is asked for under its beta (then
-    ``proxy.testing.fake.binding.drop_thinking`` drops it and every later thinking block).
+    ``proxy.testing.fake.prefix_check.drop_thinking`` drops it and every later thinking block).
     """
     return (_shapes(body.get("messages") or []) or _beta_fields(body, beta)
             or _cache_controls(body) or _thinking_settings(body)

@@ -8,6 +8,7 @@ from dataclasses import astuple
 import pytest
 
 from proxy.context.accounting.money import (
+    REDO_TOKENS,
     Baseline,
     Money,
     Prices,
@@ -63,6 +64,19 @@ def test_the_client_request_is_priced_from_its_own_previous_request() -> None:
     # A provider that caches nothing of this conversation serves the client nothing either.
     cold = UpstreamUsage(5100, 0, 0, 20)
     assert without_proxy(cold, 8000, 5000, False, Baseline(7000, False)).cached == 0
+
+
+def test_lost_reasoning_is_priced_as_its_redo() -> None:
+    """The client's own request, which only appends, would not have made the model redo the
+    reasoning the provider dropped or a compaction carried away: its output is less by
+    ``REDO_TOKENS`` per lost item (never below nothing)."""
+    used = UpstreamUsage(5100, 2048, 3000, 900)
+    mine = without_proxy(used, 8000, 5000, False, Baseline(7000, False), lost=2)
+    assert mine.output == 900 - 2 * REDO_TOKENS
+    assert without_proxy(used, 5000, 5000, True, None, lost=9).output == 0
+    p = Prices(input=1.0, cached=0.1, written=1.25, output=4.0)
+    assert cost(used, p) - cost(without_proxy(used, 5000, 5000, True, None, lost=1), p) == \
+        pytest.approx(4.0 * REDO_TOKENS)
 
 
 def test_requests_sent_as_the_client_sent_them_save_nothing() -> None:

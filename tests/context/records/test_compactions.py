@@ -36,15 +36,16 @@ def test_usage_totals_add_up_and_survive_a_flush(new_store: Callable[[str], Stor
     r = records(new_store)
     r.add_upstream_usage("acme", "conv", "m", 1000, 800, written=128, spent=0.25,
                          without=0.5)
-    r.add_upstream_usage("acme", "conv", "m", 1200, 1024, written=100, spent=0.125)
+    r.add_upstream_usage("acme", "conv", "m", 1200, 1024, written=100, spent=0.125,
+                         lost=(2, 0))
     r.add_upstream_usage("acme", "conv", "m", 5000, 4096, written=512, summary=True,
                          spent=1.0)
-    r.add_upstream_usage("acme", "conv", "other", 10, 0)
+    r.add_upstream_usage("acme", "conv", "other", 10, 0, lost=(0, 3))
     expected = {"requests": 2, "prompt_tokens": 2200, "cached_tokens": 1824,
                 "summary_calls": 1, "summary_prompt_tokens": 5000,
                 "summary_cached_tokens": 4096, "cache_write_tokens": 228,
                 "summary_cache_write_tokens": 512, "cost_spent_usd": 1.375,
-                "cost_without_usd": 0.5}
+                "cost_without_usd": 0.5, "reasoning_removed": 2, "reasoning_dropped": 0}
     assert r.usage_totals("conv")["m"] == expected  # pending, not yet written
     asyncio.run(r.flush_usage())
     assert r.usage_totals("conv")["m"] == expected
@@ -53,6 +54,7 @@ def test_usage_totals_add_up_and_survive_a_flush(new_store: Callable[[str], Stor
     again = Records(r.store).usage_totals("conv")  # what another process reads
     assert again["m"]["requests"] == 3 and again["m"]["prompt_tokens"] == 2300
     assert again["other"]["requests"] == 1 and r.exists("conv")
+    assert again["other"]["reasoning_dropped"] == 3
 
 
 def test_concurrent_flushes_of_replicas_lose_nothing(

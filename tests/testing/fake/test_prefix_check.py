@@ -1,4 +1,4 @@
-"""Reasoning bound to its history (``proxy.testing.fake.binding``): on the providers' newest
+"""Reasoning bound to its history (``proxy.testing.fake.prefix_check``): on the providers' newest
 models a replayed thinking block or reasoning item whose prefix changed is refused (Anthropic)
 or dropped with every later one and listed in ``input_transformations``; the answer's own block
 binds to the history as the model read it; an unchanged history, and other models, are left
@@ -15,13 +15,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from factories import FUNCTION, TOOL
 
-from proxy.testing.fake.binding import (
+from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES
+from proxy.testing.fake.prefix_check import (
     REASONING_BOUND,
     binds_reasoning,
     drop_reasoning,
     drop_thinking,
 )
-from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES
 from proxy.testing.fake.strict_apis import PRESERVED_THINKING, THINKING_BINDING
 from proxy.testing.fake_upstream import FakeUpstream
 

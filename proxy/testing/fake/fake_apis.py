@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.fake import strict_apis, strict_responses
+from proxy.testing.fake import fake_compaction, strict_apis, strict_responses
 from proxy.testing.fake.fake_events import anthropic_events, responses_events, responses_object
 from proxy.testing.fake.faults import Fault, answer_json
 from proxy.testing.fake.prompt_cache import PromptCache
@@ -321,11 +321,13 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if basic is not None:
         rec.refused = basic
         return bad_request(path, basic)
+    if (early := await fake_compaction.answer(fake, request, body, as_chat, rec)) is not None:
+        return early
     problem = strict_check(fake, request, body) if fake.strict else None
     if problem is not None:
         rec.refused = problem.message
         return refusal(path, problem)
-    chat = as_chat(path, body)
+    chat = as_chat(path, fake_compaction.expanded(body))
     measured = fake.measure(chat)
     prompt_tokens = measured[0]
     window = fake.models.get(body["model"])

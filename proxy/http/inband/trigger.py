@@ -31,6 +31,7 @@ from proxy.auth import Principal
 from proxy.context.adapters import AdapterError
 from proxy.context.job import ChatRequest
 from proxy.context.offload import run_off_loop
+from proxy.context.report import ContextReport
 from proxy.context.stages.shared import format_summary
 from proxy.context.stages.summary import SummaryFailed
 from proxy.context.summary.summarizer import summarize_messages
@@ -47,6 +48,16 @@ def expanded(body: dict[str, Any], raw: bytes) -> tuple[dict[str, Any], bytes]:
     message (``compaction_items.expand``); as they came when there is none."""
     new = ci.expand(body, format_summary)
     return (body, raw) if new is None else (new, orjson.dumps(new))
+
+
+def unmasked(api: Api, body: dict[str, Any], report: ContextReport) -> ContextReport:
+    """The report a request ending in ``compaction_trigger`` is sent by: as the client sent
+    it when that fits the window (the upstream's summary then reads the outputs masking would
+    have hidden, as the proxy's own summary reads their originals), else ``report``."""
+    if api.name != "responses" or not ci.ends_in_trigger(body) or report.messages is None \
+            or report.divider is not None or report.tokens_before > report.window:
+        return report
+    return replace(report, messages=None, masked=0, tokens_after=report.tokens_before)
 
 
 def _pair(state: ProxyState, body: dict[str, Any]) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from proxy.apis import APIS
 from proxy.apis import compaction_items as ci
+from proxy.context.report import ContextReport
 from proxy.context.stages.shared import format_summary
 from proxy.http.inband import trigger
 
@@ -53,3 +54,18 @@ def test_under_auto_a_refusal_is_learned_per_upstream_and_model() -> None:
     assert trigger.answered_here(s, RESPONSES, ASK)
     assert not trigger.answered_here(s, RESPONSES, {**ASK, "model": "n"})
     assert not trigger.learned(state("true"), RESPONSES, ASK, REFUSAL)
+
+
+def report(before: int, window: int = 1000, divider: Any = None) -> ContextReport:
+    return ContextReport("c", [{"role": "user", "content": "masked"}], before, before // 2,
+                         before // 2, window, 3, "none", divider=divider)
+
+
+def test_a_trigger_request_goes_unmasked_when_it_fits_the_window() -> None:
+    sent = trigger.unmasked(RESPONSES, ASK, report(900))
+    assert sent.messages is None and sent.masked == 0 and sent.tokens_after == 900
+    assert trigger.unmasked(RESPONSES, ASK, report(1100)).messages is not None
+    assert trigger.unmasked(RESPONSES, ASK, report(900, divider=object())).messages is not None
+    plain = {"model": "m", "input": [{"role": "user", "content": "x"}]}
+    assert trigger.unmasked(RESPONSES, plain, report(900)).messages is not None
+    assert trigger.unmasked(MESSAGES, ASK, report(900)).messages is not None

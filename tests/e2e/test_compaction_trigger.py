@@ -168,3 +168,37 @@ def test_the_websocket_mode_gets_exactly_one_compaction_item(
         assert upstream_inputs(h)[0][-1] == TRIGGER and upstream_inputs(h)[-1][0] == item
     else:
         assert facts_in([upstream_inputs(h)[-1][0]["content"]]) == FACTS
+
+
+def test_the_providers_context_fields_in_an_answer_reach_the_client_unchanged(
+        make_harness: Callable[..., Harness]) -> None:
+    h = start(make_harness, serves=True)
+    extra = {"input_transformations": [{"type": "dropped_reasoning", "item_ids": ["rs_1"]}],
+             "context_management": {"applied_edits": [{"type": "clear", "cleared": 2}]}}
+    answer = {"id": "resp_x", "object": "response", "status": "completed", "model": MODEL,
+              "output": [{"type": "compaction", "id": "cmp_x", "encrypted_content": "up"}],
+              "usage": {"input_tokens": 5, "output_tokens": 1}, **extra}
+    h.fake.faults.append(Fault(status=200, path=RESPONSES, body=answer))
+    got = ask(client(h), [*history(), TRIGGER], stream=False)
+    assert {k: got[k] for k in extra} == extra and got["output"] == answer["output"]
+
+
+async def one_on_socket(h: Harness, items: list[Any]) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as s, s.ws_connect(
+            h.base_url + "/responses",
+            headers={"Authorization": f"Bearer {h.create_key('acme')}"}) as ws:
+        await ws.send_json({"type": "response.create", "model": MODEL, "input": items})
+        events: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] not in ("response.completed", "error"):
+            events.append(json.loads((await ws.receive(timeout=30)).data))
+        return events
+
+
+def test_a_failed_summary_on_the_socket_is_an_error_event_and_no_item(
+        make_harness: Callable[..., Harness]) -> None:
+    h = start(make_harness, serves=False, serves_compaction_trigger="false")
+    h.fake.faults.append(Fault(status=500, path=RESPONSES, times=-1))
+    events = asyncio.run(one_on_socket(h, [*history(), TRIGGER]))
+    assert [e["type"] for e in events] == ["error"]
+    assert events[0]["status"] == 502
+    assert events[0]["error"]["code"] == "compaction_summary_failed"

@@ -151,6 +151,7 @@ class Settings:
     admin_token: str | None = None
     manual_compaction: bool = False
     forward_conversation_id: bool = False  # X-Conversation-Id reaches the upstream (opt-in)
+    serves_compaction_trigger: str = "auto"  # the upstream answers compaction_trigger itself
     responses_websocket: bool = True  # off: the upgrade is a 426, so clients use HTTP at once
     upstream_timeout_s: float = 600.0
     anthropic_url: str = "https://api.anthropic.com/v1"  # /v1/messages goes here
@@ -208,6 +209,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         manual_compaction=_env_bool("CONTEXT_PROXY_MANUAL_COMPACTION", env),
         forward_conversation_id=_env_bool("CONTEXT_PROXY_FORWARD_CONVERSATION_ID", env,
                                           default=platform.forward_conversation_id),
+        serves_compaction_trigger=platform.serves_compaction_trigger,
         responses_websocket=_env_bool("CONTEXT_PROXY_RESPONSES_WEBSOCKET", env, default=True),
         upstream_timeout_s=_env_number("CONTEXT_PROXY_UPSTREAM_TIMEOUT_S", env, 600.0),
         anthropic_url=_http_url(env.get("CONTEXT_PROXY_ANTHROPIC_URL")

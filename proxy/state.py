@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -27,6 +27,9 @@ class ProxyState:
     context: ContextService
     checked: CheckedLists  # message lists already checked, so a resent history is not again
     anthropic: Upstream  # the Anthropic-compatible upstream of /v1/messages
+    # (upstream URL, model) pairs whose upstream refused a compaction_trigger
+    # (proxy.http.inband.trigger)
+    trigger_refused: set[tuple[str, str]] = field(default_factory=set)
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("state", ProxyState)

@@ -31,7 +31,7 @@ async def test_every_resource_is_in_the_state_of_its_type(tmp_path: Path) -> Non
             assert state.settings is settings
             kinds = {"store": Store, "auth": Authenticator, "upstream": Upstream,
                      "metrics": Metrics, "policies": PolicyService, "context": ContextService,
-                     "checked": CheckedLists, "anthropic": Upstream}
+                     "checked": CheckedLists, "anthropic": Upstream, "trigger_refused": set}
             assert {f.name for f in dataclasses.fields(ProxyState)} == {"settings", *kinds}
             for name, kind in kinds.items():
                 assert isinstance(getattr(state, name), kind), name

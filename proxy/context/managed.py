@@ -317,7 +317,7 @@ class ContextService:
                 # text uncached, with the summary model's tokenizer (loaded on its first use,
                 # a second of CPU), tens of milliseconds that /healthz would wait behind.
                 done = await compact(p.compaction, p.mask.messages, p.view.messages, job.scope,
-                                     self._summarizer(job, summary_model), summary_scope,
+                                     self.summarizer(job, summary_model), summary_scope,
                                      run_off_loop, riding)
         finally:
             self.metrics.summary_duration.observe(time.perf_counter() - started)
@@ -350,7 +350,9 @@ class ContextService:
         return self._report(job, p, outcome, retried, compacted=done, divider=record,
                             before=p), record
 
-    def _summarizer(self, job: Job, model: str) -> Summarizer:
+    def summarizer(self, job: Job, model: str) -> Summarizer:
+        """The summary calls of ``job``'s compactions, to ``model``: in the request's own API
+        when it came through an adapter, else chat completions."""
         timeout = job.policy.compaction.summary_timeout_s
         adapted = job.request.adapted
         if adapted is not None and self.api_summarizers is not None:

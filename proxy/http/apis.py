@@ -34,6 +34,7 @@ from proxy.http.forward import (
     read_timed,
     send_timed,
 )
+from proxy.http.inband import trigger
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
 from proxy.upstream.client import Upstream, current_key, forwarding_conversation_id
@@ -63,12 +64,19 @@ async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     raw = await read_body(request, state.settings.max_body_bytes)
     body = parse_json_object(raw)
     api.check(body)
+    if api.name == "responses":  # the proxy's own compaction items never reach the upstream
+        body, raw = trigger.expanded(body, raw)
     if api.keeps_history(body):
         return await relay_as_is(HttpSink(request), state, api, principal, request.headers, raw,
                                  request.query_string)
+    if trigger.answered_here(state, api, body):
+        return await trigger.answer_http(request, state, api, principal, body)
     job, report = await manage(state, api, principal, request.headers, raw, body)
-    return await forward(request, state, job, report,
-                         leg_for(state, api, request.headers, job, request.query_string))
+    out = await forward(request, state, job, report,
+                        leg_for(state, api, request.headers, job, request.query_string))
+    if trigger.learned(state, api, body, out):  # refused by the upstream: answered here
+        return await trigger.answer_http(request, state, api, principal, body)
+    return out
 
 
 async def manage(state: ProxyState, api: Api, principal: Principal, headers: Mapping[str, str],
@@ -89,7 +97,7 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
     forced = manual.requested(headers.get(manual.HEADER), enabled, chat.messages)
     job = await state.context.prepare(principal, chat, headers.get("X-Conversation-Id"),
                                       manual=forced)
-    report = await state.context.manage(job)
+    report = trigger.unmasked(api, body, await state.context.manage(job))
     hint = manual.ignored(headers.get(manual.HEADER), enabled)
     if hint:
         report = replace(report, notes={**report.notes, **hint})

@@ -18,6 +18,7 @@ from proxy.policy.model import FIELDS, PolicyError, did_you_mean, flatten, valid
 
 DEFAULT_UPSTREAM_URL = "https://api.openai.com/v1"
 AUTH_MODES = ("proxy_keys", "passthrough")
+TRIGGER_MODES = ("auto", "true", "false")
 _PLATFORM_KEYS = {"upstream", "auth", "fallback_window", "models", "defaults", "locks", "bounds",
                   "orgs"}
 
@@ -40,6 +41,10 @@ class PlatformConfig:
     # X-Conversation-Id is the proxy's: never forwarded unless the platform opts in (a provider
     # that keys its own caching or tracing on it).
     forward_conversation_id: bool = False
+    # Whether the upstream answers the Responses ``compaction_trigger`` item itself: "auto"
+    # (send it; an upstream that refuses it is remembered and the proxy answers), "true", "false"
+    # (the proxy always answers it; proxy.http.inband.trigger).
+    serves_compaction_trigger: str = "auto"
     auth_mode: str = "proxy_keys"
     defaults: Mapping[str, Any] = field(default_factory=dict)  # flat, validated platform layer
     locks: frozenset[str] = frozenset()
@@ -112,9 +117,16 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
         first = sorted(unknown)[0]
         raise ConfigError(f"{where}: unknown key '{first}'{did_you_mean(first, _PLATFORM_KEYS)}")
     upstream = _mapping(doc.get("upstream"), where, "upstream")
-    if set(upstream) - {"base_url", "api_key_env", "send_org_header", "forward_conversation_id"}:
+    if set(upstream) - {"base_url", "api_key_env", "send_org_header", "forward_conversation_id",
+                        "serves_compaction_trigger"}:
         raise ConfigError(f"{where}: 'upstream': only 'base_url', 'api_key_env', "
-                          "'send_org_header' and 'forward_conversation_id' are allowed")
+                          "'send_org_header', 'forward_conversation_id' and "
+                          "'serves_compaction_trigger' are allowed")
+    serves = upstream.get("serves_compaction_trigger", "auto")
+    serves = {True: "true", False: "false"}.get(serves, serves)
+    if serves not in TRIGGER_MODES:
+        raise ConfigError(f"{where}: 'upstream.serves_compaction_trigger': expected true, false "
+                          f"or auto, got {serves!r}")
     send_org = _flag(upstream, "send_org_header", where)
     forward_id = _flag(upstream, "forward_conversation_id", where)
     auth = _mapping(doc.get("auth"), where, "auth")
@@ -150,6 +162,7 @@ def parse_platform(doc: Any, where: str) -> PlatformConfig:
         api_key_env=key_env,
         send_org_header=send_org,
         forward_conversation_id=forward_id,
+        serves_compaction_trigger=serves,
         auth_mode=mode,
         defaults=flat_defaults,
         locks=frozenset(locks),

@@ -140,6 +140,7 @@ class FakeUpstream:
     # Refuse on /v1/messages and /v1/responses what the real APIs refuse (proxy.testing.
     # strict_apis), windows of ``models`` included, in their words.
     strict: bool = True
+    serves_compaction_trigger: bool = True  # fake.fake_compaction: answers compaction_trigger
     usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
     summary_delay_s: float = 0.0  # how long a summary call takes
     stream_delay_s: float = 0.0

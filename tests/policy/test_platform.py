@@ -65,6 +65,7 @@ orgs:
     ({"upstream": {"send_org_header": "yes"}}, "upstream.send_org_header"),
     ({"upstream": {"send_org_header": 1}}, "upstream.send_org_header"),
     ({"upstream": {"send_org_headers": True}}, "send_org_header"),
+    ({"upstream": {"serves_compaction_trigger": "maybe"}}, "upstream.serves_compaction_trigger"),
 ])
 def test_invalid_platform_names_file_and_key(doc: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -103,3 +104,10 @@ def test_the_organization_header_of_summary_calls_is_opt_in() -> None:
     assert on.send_org_header is True
     assert parse_platform({"upstream": {"send_org_header": False}}, "p.yaml").send_org_header \
         is False
+
+
+def test_whether_the_upstream_serves_compaction_trigger_defaults_to_auto() -> None:
+    assert parse_platform({}, "platform.yaml").serves_compaction_trigger == "auto"
+    for value, mode in ((True, "true"), (False, "false"), ("auto", "auto"), ("false", "false")):
+        doc = {"upstream": {"serves_compaction_trigger": value}}
+        assert parse_platform(doc, "p.yaml").serves_compaction_trigger == mode

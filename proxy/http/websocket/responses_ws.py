@@ -38,6 +38,7 @@ from proxy.errors import ApiError, bad_request
 from proxy.http.access import ACCESS_LOGGER, emit
 from proxy.http.apis import leg_for, manage, relay_as_is
 from proxy.http.forward import forward, not_allowed
+from proxy.http.inband import trigger
 from proxy.http.middleware import REQUEST_ID
 from proxy.http.websocket import ws_events as ev
 from proxy.state import STATE, ProxyState
@@ -276,9 +277,12 @@ class Session:
         API.check(fields)
         fields["stream"] = True
         self.chain.expand(fields)
+        fields, raw = trigger.expanded(fields, orjson.dumps(fields))
         if body.get("generate") is False:
             return await self._warmup(fields, request)
-        raw, state = orjson.dumps(fields), self.state
+        state = self.state
+        if trigger.answered_here(state, API, fields):
+            return await self._compaction(fields, request)
         sink = SocketSink(self.out, functools.partial(self._ended, fields, request))
         if API.keeps_history(fields):
             out = await relay_as_is(sink, state, API, self.principal, self.headers, raw)
@@ -286,6 +290,8 @@ class Session:
             job, report = await manage(state, API, self.principal, self.headers, raw, fields)
             out = await forward(self.request, state, job, report,
                                 leg_for(state, API, self.headers, job), sink)
+        if not sink.delivered and trigger.learned(state, API, fields, out):
+            return await self._compaction(fields, request)
         if not sink.delivered:  # an error answer, not sent yet
             answer = out.body if isinstance(out, web.Response) else None
             self.release(request)
@@ -301,6 +307,20 @@ class Session:
             self.chain.completed(done.response_id, ev.as_items(fields.get("input")),
                                  done.output_items())
         self.release(request)
+
+    async def _compaction(self, fields: dict[str, Any], request: int
+                          ) -> tuple[int, Mapping[str, str]]:
+        """The proxy's own answer to a ``compaction_trigger`` (``proxy.http.inband.trigger``)."""
+        events = await trigger.answer_events(self.state, API, self.principal, self.headers,
+                                             fields)
+        done = ev.Answer()
+        for event in events:
+            done.see(event["type"], event)
+        for event in events[:-1]:
+            await self.out.send(event)
+        self._ended(fields, request, done)
+        await self.out.send(events[-1])
+        return 200, {"X-Context-Compaction": "none"}
 
     async def _warmup(self, fields: dict[str, Any], request: int
                       ) -> tuple[int, Mapping[str, str]]:

@@ -27,7 +27,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.testing.fake import prefix_check, server_edits, strict_apis, strict_responses
+from proxy.testing.fake import (
+    fake_compaction,
+    prefix_check,
+    server_edits,
+    strict_apis,
+    strict_responses,
+)
 from proxy.testing.fake.fake_events import (
     anthropic_events,
     anthropic_message,
@@ -274,6 +280,8 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if basic is not None:
         rec.refused = basic
         return bad_request(path, basic)
+    if (early := await fake_compaction.answer(fake, request, body, as_chat, rec)) is not None:
+        return early
     problem = strict_check(fake, request, body) if fake.strict else None
     if problem is not None:
         rec.refused = problem.message
@@ -285,7 +293,7 @@ async def answer(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     ) if path == MESSAGES else (body, None)  # what the model reads of the history
     changed = ({"input_transformations": dropped} if dropped else {}) | (
         {"context_management": managed} if managed is not None else {})
-    chat = as_chat(path, seen)
+    chat = as_chat(path, fake_compaction.expanded(seen))
     measured = fake.measure(chat)
     prompt_tokens = measured[0]
     window = fake.models.get(body["model"])

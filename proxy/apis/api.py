@@ -52,6 +52,8 @@ class Api:
       ``answer_kind``: the (field, value) every whole answer of this API carries.
     - ``summary_body`` and ``summary_answer``: the proxy's own summary call in this API
       (``None``: the API has none of its own).
+    - ``binding_controls``: on a model that binds reasoning to its history, what asks the
+      provider to drop (not refuse) reasoning whose prefix the proxy changed.
     """
 
     name: str
@@ -70,6 +72,10 @@ class Api:
     answer_kind: tuple[str, str] | None = None
     summary_body: Callable[[Adapted, str, Prompt, int, bool], dict[str, Any]] | None = None
     summary_answer: Callable[[bytes], SummaryAnswer] | None = None
+    # The provider's controls for reasoning whose prefix the proxy changed (``None``: none; the
+    # provider drops such reasoning by itself): sets them on the body, returns the headers.
+    binding_controls: Callable[[dict[str, Any], Mapping[str, str]], Mapping[str, str]] | None \
+        = None
 
 
 def first_int(pattern: re.Pattern[bytes], data: bytes) -> int:

@@ -126,9 +126,28 @@ def summary_answer(raw: bytes) -> SummaryAnswer:
     return SummaryAnswer(text or None, data.get("stop_reason") == "tool_use", usage(raw))
 
 
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+
+
+def binding_controls(body: dict[str, Any], headers: Mapping[str, str]) -> Mapping[str, str]:
+    """Ask the provider to drop, not refuse, thinking blocks whose prefix the proxy changed
+    (``thinking.block_binding.prefix_mismatch_behavior: drop_block`` under its beta); a body
+    without ``thinking`` gets the adaptive thinking such models do by default. Sets the body in
+    place; returns the headers with the beta added."""
+    thinking = body.get("thinking")
+    thinking = dict(thinking) if isinstance(thinking, dict) else {"type": "adaptive"}
+    thinking["block_binding"] = {"prefix_mismatch_behavior": "drop_block"}
+    body["thinking"] = thinking
+    out = CIMultiDict(headers)
+    betas = [b.strip() for b in out.get("anthropic-beta", "").split(",") if b.strip()]
+    if BINDING_BETA not in betas:
+        out["anthropic-beta"] = ", ".join([*betas, BINDING_BETA])
+    return out
+
+
 API = Api(name="messages", route="/v1/messages", path="/messages", headers=headers,
           usage=usage, usage_marker=b'"input_tokens"', anthropic=True, read=anthropic.read,
           check=check, shape=as_anthropic, stream_error=STREAM_ERROR,
           stream_end=(b"message_stop", b"error"),
           answer_kind=("type", "message"), summary_body=summary_body,
-          summary_answer=summary_answer)
+          summary_answer=summary_answer, binding_controls=binding_controls)

@@ -149,6 +149,8 @@ class ContextService:
                 self.preparer.consider(job, p)
         if job.scope.bound and report.outcome in ("auto", "manual"):
             report = replace(report, reasoning_removed=removed(job.request.adapted, p))
+        elif job.scope.bound and report.masked:  # masking stepped: compaction could not
+            report = replace(report, drop_changed=True)
         self._observe(job, report, p)
         return report
 

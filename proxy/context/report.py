@@ -40,6 +40,8 @@ class ContextReport:
     window_source: str = "fallback"
     summary_wait_ms: int = 0  # how long the request waited for a summary (0: it did not)
     reasoning_removed: int = 0  # turns whose bound reasoning this request's compaction removed
+    drop_changed: bool = False  # bound reasoning follows a change masking made: ask the
+    # provider to drop it rather than refuse the request (``Api.binding_controls``)
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,

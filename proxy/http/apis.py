@@ -72,8 +72,10 @@ async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     if trigger.answered_here(state, api, body):
         return await trigger.answer_http(request, state, api, principal, body)
     job, report = await manage(state, api, principal, request.headers, raw, body)
-    out = await forward(request, state, job, report,
-                        leg_for(state, api, request.headers, job, request.query_string))
+    leg = leg_for(state, api, request.headers, job, request.query_string)
+    if report.drop_changed and api.binding_controls is not None:  # body: what encodes it
+        leg = replace(leg, headers=api.binding_controls(body, leg.headers))
+    out = await forward(request, state, job, report, leg)
     if trigger.learned(state, api, body, out):  # refused by the upstream: answered here
         return await trigger.answer_http(request, state, api, principal, body)
     return out

@@ -26,6 +26,7 @@ from proxy.context.stages.shared import SUMMARY_OPEN
 from proxy.testing.fake.fake_apis import MESSAGES, as_chat
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
 from proxy.testing.harness import Harness
+from proxy.testing.scrape import metric, scrape
 
 MODEL = "claude-opus-5-5"
 WINDOW = 16_384
@@ -128,3 +129,41 @@ def test_every_request_passes_the_prefix_check(bound: Harness, sizes: list[int],
     problems = [p for body, client_sent in zip(main, sent_for, strict=False)
                 for p in _untouched_problems(body, client_sent)]
     assert problems == []
+
+
+def test_masking_without_compaction_asks_the_provider_to_drop_not_refuse(
+        make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+    """Compaction off (an admin's choice): masking alone keeps the session in the window, and
+    each step changes what bound thinking blocks follow. The proxy then sends Anthropic's
+    binding controls (``drop_block`` under its beta), so no request is refused; what the
+    provider drops is counted as lost reasoning."""
+    fake = FakeUpstream(models={MODEL: WINDOW}, responder=read_next)
+    env = synchronous_policies(tmp_path / "policies", "defaults: {compaction: {enabled: false},"
+                               " masking: {min_step_turns: 0, compaction_turns: 0}}\n")
+    h = make_harness(fake=fake, env=env)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read every file."}]
+    masked = []
+    with anthropic.Anthropic(base_url=h.base_url.removesuffix("/v1"), max_retries=0,
+                             api_key=h.create_key("acme")) as client:
+        for turn in range(30):
+            raw = client.messages.with_raw_response.create(
+                model=MODEL, max_tokens=2048, system="You read files.", tools=TOOLS,
+                messages=messages, thinking={"type": "adaptive"})
+            masked.append(int(raw.headers["x-context-masked"]))
+            content = [b.model_dump(exclude_none=True) for b in raw.parse().content]
+            messages += [{"role": "assistant", "content": content},
+                         {"role": "user", "content": [
+                             {"type": "tool_result", "tool_use_id": b["id"],
+                              "content": words(700, turn)}
+                             for b in content if b["type"] == "tool_use"]}]
+    assert max(masked) > 0, "masking never stepped: the test shows nothing"
+    sent = [r for r in fake.requests if r.path == MESSAGES]
+    assert [r.refused for r in sent if r.refused] == []
+    controlled = [r for r in sent if (r.json.get("thinking") or {}).get("block_binding")]
+    assert controlled and all("thinking-binding-controls-2026-08-01"
+                              in r.headers.get("anthropic-beta", "") for r in controlled)
+    assert not any((r.json.get("thinking") or {}).get("block_binding") for r in sent[:3])
+    dropped = sum(r.dropped for r in sent)
+    assert dropped > 0
+    assert metric(scrape(h.base_url), "context_proxy_reasoning_lost_total", model=MODEL,
+                  cause="provider") == dropped

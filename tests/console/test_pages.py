@@ -82,3 +82,21 @@ async def test_the_overview_and_conversation_pages_show_the_store(
     spill = await spill_page(request(console_app, "GET", "/", headers=cookie,
                                      match_info={**where, "spill": "sp_none"}))
     assert spill.status == 404 and "No such spill" in (spill.text or "")
+
+
+async def test_the_overview_shows_the_reasoning_an_organization_lost(
+        console_app: web.Application, signed_in: tuple[dict[str, str], str]) -> None:
+    """Removed by a compaction and dropped by the provider, summed over the stored hours."""
+    cookie, _ = signed_in
+    state = console_app[STATE]
+    state.store.keys.create("acme")
+    records = state.context.records
+    records.add_upstream_usage("acme", conversation_key("acme", "t-1"), "claude-opus-5-5",
+                               1000, 800, lost=(3, 0))
+    records.add_upstream_usage("acme", conversation_key("acme", "t-2"), "gpt-5.6", 900, 0,
+                               lost=(0, 4))
+    await records.flush_usage()
+    page = (await overview(request(console_app, "GET", PATH, headers=cookie))).text or ""
+    acme = page[page.index(">acme"):]
+    assert "Reasoning lost" in acme
+    assert '<dd class="reasoning-lost">7</dd>' in acme

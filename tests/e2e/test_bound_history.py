@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 from factories import synchronous_policies, words
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.context.stages.shared import SUMMARY_OPEN
-from proxy.testing.fake.fake_apis import MESSAGES, as_chat
+from proxy.testing.fake.fake_apis import MESSAGES, RESPONSES, as_chat
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
 from proxy.testing.harness import Harness
 from proxy.testing.scrape import metric, scrape
@@ -167,3 +168,47 @@ def test_masking_without_compaction_asks_the_provider_to_drop_not_refuse(
     assert dropped > 0
     assert metric(scrape(h.base_url), "context_proxy_reasoning_lost_total", model=MODEL,
                   cause="provider") == dropped
+
+
+RESPONSES_MODEL = "gpt-5.6"
+
+
+@pytest.fixture
+def bound_responses(make_harness: Callable[..., Harness], tmp_path: Path) -> Iterator[Harness]:
+    fake = FakeUpstream(models={RESPONSES_MODEL: WINDOW}, responder=read_next)
+    yield make_harness(fake=fake, env=synchronous_policies(tmp_path / "policies"))
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(40, 2_400), min_size=12, max_size=32), streamed=st.booleans())
+def test_no_reasoning_item_is_dropped_over_random_sessions(
+        bound_responses: Harness, sizes: list[int], streamed: bool) -> None:
+    """The same on the Responses API: the strict fake drops (and lists in
+    ``input_transformations``) any replayed reasoning item whose prefix changed; through the
+    proxy it drops none, over sessions that mask and compact."""
+    h, conversation = bound_responses, str(uuid.uuid4())
+    first = len(h.fake.requests)
+    items: list[Any] = [{"role": "user", "content": "Read every file."}]
+    tools = [{"type": "function", "name": "read_file", "description": "Read a file.",
+              "parameters": TOOLS[0]["input_schema"]}]
+    with openai.OpenAI(base_url=h.base_url, api_key=h.create_key("acme"),
+                       max_retries=0) as client:
+        for turn, size in enumerate(sizes):
+            kwargs: dict[str, Any] = dict(
+                model=RESPONSES_MODEL, instructions="You read files.", input=items,
+                tools=tools, reasoning={"effort": "medium"},
+                extra_headers={"X-Conversation-Id": conversation})
+            if streamed and turn % 2:
+                with client.responses.stream(**kwargs) as stream:
+                    answer = stream.get_final_response()
+            else:
+                answer = client.responses.create(**kwargs)
+            output = [o.model_dump(exclude_none=True) for o in answer.output]
+            assert output[0]["type"] == "reasoning"
+            items += output + [{"type": "function_call_output", "call_id": o["call_id"],
+                                "output": words(size, turn)}
+                               for o in output if o["type"] == "function_call"]
+    mine = [r for r in h.fake.requests[first:] if r.path == RESPONSES]
+    assert [r.refused for r in mine if r.refused] == []
+    assert [r.dropped for r in mine if r.dropped] == []

@@ -14,6 +14,7 @@ alias, a fine-tune) or a provider that changes its rules.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
 from proxy.policy.model import Policy
@@ -48,16 +49,32 @@ def builtin_bound(model: str) -> bool:
     return major > 5 or (major == 5 and minor >= 6)
 
 
-def reasoning_bound(model: str, policy: Policy) -> bool:
-    """The policy's ``models.<name>.reasoning_bound`` when set, else the built-in list."""
+def reasoning_bound(model: str, policy: Policy, seen: Collection[str] = ()) -> bool:
+    """The policy's ``models.<name>.reasoning_bound`` when set, else the built-in list or
+    ``seen`` (models whose provider was seen dropping reasoning for a changed prefix)."""
     override = policy.bound.get(model)
-    return builtin_bound(model) if override is None else override
+    return (builtin_bound(model) or model in seen) if override is None else override
 
 
-def binds(adapted: _Reasoned | None, model: str, policy: Policy) -> bool:
-    """Whether a request (read by its API's adapter; ``None``: chat completions, which carry
-    no bound reasoning) asks for or replays reasoning on a model that binds it."""
-    return adapted is not None and adapted.reasoning and reasoning_bound(model, policy)
+class Bindings:
+    """Which models bind reasoning: the policy and the built-in list, and what the providers'
+    answers showed (a model whose answer listed reasoning dropped for a changed prefix binds
+    it, whatever the list says; at most ``LEARNED`` names are kept, in this process)."""
+
+    LEARNED = 1_000
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def learn(self, model: str) -> None:
+        if model not in self.seen and len(self.seen) < self.LEARNED:
+            self.seen.add(model)
+
+    def binds(self, adapted: _Reasoned | None, model: str, policy: Policy) -> bool:
+        """Whether a request (read by its API's adapter; ``None``: chat completions, which
+        carry no bound reasoning) asks for or replays reasoning on a model that binds it."""
+        return adapted is not None and adapted.reasoning and \
+            reasoning_bound(model, policy, self.seen)
 
 
 def removed(adapted: _Reasoned | None, plan: Plan) -> int:

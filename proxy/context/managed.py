@@ -21,7 +21,7 @@ from proxy.context.accounting import overhead
 from proxy.context.accounting.correction import UsageCorrection
 from proxy.context.accounting.ledger import Ledger
 from proxy.context.accounting.money import Money
-from proxy.context.binding import binds, removed
+from proxy.context.binding import Bindings, removed
 from proxy.context.history import History
 from proxy.context.identity import conversation_key, fingerprint_id, valid_public_id
 from proxy.context.job import ChatRequest, Job
@@ -70,7 +70,7 @@ class ContextService:
         self.api_summarizers = api_summarizers
         self.usage = UsageCorrection(records)
         self.ledger = Ledger(records, metrics)
-        self.history = History(counter)
+        self.history, self.bindings = History(counter), Bindings()
         self._inflight: dict[Flight, asyncio.Future[CompactionRecord | None]] = {}
         self.flights = Flights(records)  # the same, across processes sharing the store
         self.preparer = Preparer(PreparedStore(records, self.flights.owner), self.flights,
@@ -101,8 +101,7 @@ class ContextService:
         if not self.records.is_fresh(key):
             await self.records.refresh(key)  # another replica may have compacted it since
         policy = self.policies.resolve(principal.org, principal.user)
-        window, source = await self.windows.resolve(request.model, policy)
-        source = source if window is not None else "fallback"
+        window, source = await self._window(request.model, policy)
         corrected, ratio = self.usage.corrected(key, policy)
         known = self.history.recall(key, request.messages, request.model, request.repeats,
                                     request.shared)
@@ -114,7 +113,7 @@ class ContextService:
                                          None if bulk else 0)
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools,
-                         bound=binds(request.adapted, request.model, policy)), ratio,
+                         self.bindings.binds(request.adapted, request.model, policy)), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
                    force=manual, kind="manual" if manual else "auto", window_source=source)
 
@@ -390,7 +389,8 @@ class ContextService:
         caller priced it already) are counted per conversation and model."""
         if usage.prompt <= 0:
             return
-        if usage.dropped:
+        if usage.dropped:  # the provider binds this model's reasoning, whatever the list says
+            self.bindings.learn(job.request.model)
             self.metrics.reasoning(job.request.model, "provider", usage.dropped)
         self.ledger.book(job, report, usage, priced)
         if self.usage.changed(job.key, usage.prompt, report.estimate_after):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context.binding import builtin_bound, reasoning_bound
+from proxy.context.binding import Bindings, builtin_bound, reasoning_bound
 from proxy.policy.model import PolicyError, build_policy, flatten, validate_layer
 
 
@@ -37,3 +37,25 @@ def test_the_models_table_overrides_the_list() -> None:
 def test_a_reasoning_bound_that_is_not_a_boolean_is_refused() -> None:
     with pytest.raises(PolicyError, match="true or false"):
         validate_layer(flatten({"models": {"gpt-5.6": {"reasoning_bound": "yes"}}}))
+
+
+class _Read:
+    def __init__(self, reasoning: bool) -> None:
+        self.reasoning, self.reasoned = reasoning, frozenset[int]()
+
+
+def test_a_model_whose_provider_dropped_reasoning_is_learned_as_bound() -> None:
+    """An answer that lists reasoning dropped for a changed prefix shows the model binds it,
+    whatever the built-in list says; the policy's explicit word still wins."""
+    b, policy = Bindings(), build_policy()
+    assert not b.binds(_Read(True), "my-gateway-alias", policy)
+    b.learn("my-gateway-alias")
+    assert b.binds(_Read(True), "my-gateway-alias", policy)
+    assert not b.binds(_Read(False), "my-gateway-alias", policy)  # no reasoning: unaffected
+    assert not b.binds(None, "my-gateway-alias", policy)  # chat completions
+    off = build_policy(validate_layer(flatten(
+        {"models": {"my-gateway-alias": {"reasoning_bound": False}}})))
+    assert not b.binds(_Read(True), "my-gateway-alias", off)
+    for i in range(Bindings.LEARNED + 5):
+        b.learn(f"m{i}")
+    assert len(b.seen) == Bindings.LEARNED  # bounded

@@ -38,6 +38,7 @@ from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
 from proxy.context.stages.compact import CompactionPoint
+from proxy.context.stages.compact import trigger_tokens as compaction_trigger_tokens
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
@@ -191,10 +192,21 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
             boundary = target if prefix[p] + overhead > trigger else 0
         elif sent > trigger and target > boundary:
             growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
-            if saved[target] - saved[boundary] >= _step_floor(mp, window, growth) and \
-                    not _compaction_near(scope, sent, growth, compaction_at):
+            freed = saved[target] - saved[boundary]
+            forced = _forced(scope, sent, growth, compaction_at) and \
+                freed >= mp.min_free_ratio * window
+            if forced or (freed >= _step_floor(mp, window, growth)
+                          and not _compaction_near(scope, sent, growth, compaction_at)):
                 boundary = target
     return previous, boundary
+
+
+def _forced(scope: Scope, sent: int, growth: float,
+            compaction_at: CompactionPoint | None) -> bool:
+    """Never over the window while a stage could prevent it: with compaction off (or its last
+    summary unable to get under the trigger) a step is taken once the list as sent, grown by a
+    turn, would pass compaction's trigger, however few turns of growth it frees."""
+    return compaction_at is None and sent + growth > compaction_trigger_tokens(scope)
 
 
 def _step_floor(mp: MaskingPolicy, window: int, growth: float) -> float:

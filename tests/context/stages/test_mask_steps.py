@@ -10,9 +10,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.mask import MaskResult, is_placeholder, mask_tool_outputs
 from proxy.context.stages.plan import plan, sent_before
 from proxy.context.stages.scope import Scope
+from proxy.context.stages.shared import first_items
 from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import MaskingPolicy, Policy
 from proxy.testing import agent
@@ -166,9 +168,32 @@ def test_a_step_waits_unless_it_frees_several_turns_of_growth() -> None:
     counter = TokenCounter()
     stepped = {True: 0, False: 0}
     for default in (True, False):
-        policy = Policy() if default else replace(Policy(), masking=MaskingPolicy(min_step_turns=0))
+        policy = Policy() if default else replace(
+            Policy(), masking=MaskingPolicy(min_step_turns=0, compaction_turns=0))
         for turns in range(4, 12):
-            res = mask_tool_outputs(agent.conversation(spec, turns),
-                                    Scope(policy, 32_000, counter, "gpt-4o", tools=agent.TOOLS))
+            msgs = agent.conversation(spec, turns)
+            scope = Scope(policy, 32_000, counter, "gpt-4o", tools=agent.TOOLS)
+            at = CompactionPoint(msgs, scope, first_items(counter.token_pairs(msgs, "gpt-4o")))
+            res = mask_tool_outputs(msgs, scope, compaction_at=at)  # compaction will come
             stepped[default] += bool(res.masked)
     assert stepped[True] == 0 < stepped[False]
+
+
+def test_with_compaction_off_a_step_comes_before_the_list_passes_compaction_s_trigger() -> None:
+    """Never over the window while masking could prevent it: where compaction will not do the
+    work, a step is taken once the list as sent, grown by a turn, would pass compaction's
+    trigger, however few turns of growth it frees (min_step_turns would make it wait)."""
+    spec = agent.AgentSpec(seed=11, output_tokens=(1000, 4000), thought_words=(10, 40))
+    counter = TokenCounter()
+    policy = Policy()  # the default floors: 8 turns of growth, compaction 8 turns away
+    scope = Scope(policy, 32_000, counter, "gpt-4o", tools=agent.TOOLS)
+    off = scope.policy.compaction.trigger_ratio * 32_000
+    for turns in range(4, 14):
+        msgs = agent.conversation(spec, turns)
+        sent = counter.count_messages(msgs, "gpt-4o", agent.TOOLS)
+        at = CompactionPoint(msgs, scope, first_items(counter.token_pairs(msgs, "gpt-4o")))
+        with_compaction = mask_tool_outputs(msgs, scope, compaction_at=at)
+        without = mask_tool_outputs(msgs, scope)  # compaction off: no compaction point
+        assert not with_compaction.masked  # compaction will do the work: the floors wait
+        if sent > off:
+            assert without.masked and without.tokens_after < sent, turns

@@ -1,4 +1,4 @@
-"""The ``context-proxy`` command line: serve, demo, keys, policy."""
+"""The ``context-proxy`` command line: serve, demo, keys, dividers, export, policy."""
 
 from __future__ import annotations
 
@@ -76,6 +76,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from proxy.cli.demo import run_demo
 
     return run_demo(turns=args.turns, serve=args.serve, port=args.port)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from proxy.cli.export import run_cli
+
+    return run_cli(args)
 
 
 def cmd_recall_audit(args: argparse.Namespace) -> int:
@@ -212,6 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--org", required=True, help="the organization that owns it")
     dv.add_argument("conversation", help="the conversation id (X-Conversation-Id or fp-…)")
     dv.set_defaults(fn=cmd_dividers)
+    from proxy.cli.export import add_arguments as add_export_arguments
+
+    ex = sub.add_parser("export", help="copy organizations, conversations, dividers, summaries "
+                        "and usage into a new SQLite file (for sqlite-utils and Datasette)",
+                        description="Copy the store's organizations, users, conversations, "
+                        "dividers, summaries (full-text searchable) and usage and money into a "
+                        "new SQLite file, reading the store only. No key or key hash is "
+                        "copied: keys appear as counts per organization and user.")
+    add_export_arguments(ex)
+    ex.set_defaults(fn=cmd_export)
     from proxy.cli.policy_commands import add_policy_commands
 
     add_policy_commands(sub)

@@ -450,3 +450,31 @@ def test_every_test_that_opens_a_store_is_in_the_postgresql_run_or_marked(
         request: pytest.FixtureRequest) -> None:
     assert left_out(request.session.items) == []
 
+
+# --- every skip goes through need() -------------------------------------------------------------
+# ``need()`` (tests/needs.py) skips for a missing tool, or fails under
+# ``CONTEXT_PROXY_REQUIRE_ALL=1`` (CI: nothing may be skipped); a plain skip would bypass it.
+
+SKIPS = frozenset({"skip", "skipif", "importorskip"})
+
+
+def plain_skips(source: str) -> list[int]:
+    """The lines of ``source`` that skip without ``need()``: ``pytest.skip(...)``,
+    ``pytest.importorskip(...)``, ``pytest.mark.skip``/``skipif``."""
+    return sorted(n.lineno for n in ast.walk(ast.parse(source))
+                  if isinstance(n, ast.Attribute) and n.attr in SKIPS
+                  and ast.unparse(n.value) in ("pytest", "pytest.mark"))
+
+
+def test_every_skip_goes_through_need() -> None:
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "tests").rglob("*.py"))
+             if p.name != "needs.py" and (lines := plain_skips(p.read_text()))}
+    assert found == {}
+
+
+def test_a_plain_skip_is_found() -> None:
+    source = ('import pytest\npytestmark = pytest.mark.skipif(True, reason="x")\n'
+              'def test_a():\n    pytest.skip("no")\n'
+              'np = pytest.importorskip("numpy")\n'
+              'def test_b():\n    need("tool", "install it")\n')
+    assert plain_skips(source) == [2, 4, 5]

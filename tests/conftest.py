@@ -13,6 +13,7 @@ import openai
 import pytest
 from needs import REQUIRE_ALL, need  # noqa: F401  (need: imported from here by helpers)
 from pgtest import fresh_schema, on_postgres
+from store_use import left_out, on_the_suite_store
 
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
@@ -27,25 +28,56 @@ from proxy.upstream.client import Upstream
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--store", choices=("sqlite", "postgres"), default="sqlite",
                      help="the store every proxy the tests start uses (postgres: a fresh "
-                          "schema per test on TEST_DATABASE_URL)")
+                          "schema per test on TEST_DATABASE_URL; only the tests that use "
+                          "the suite's store run: see tests/store_use.py)")
+
+
+DESELECTED = pytest.StashKey[int]()  # how many tests the PostgreSQL run left out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that opens a store nowhere in the PostgreSQL run fails the collection; that run
+    deselects every test that does not use the suite's store (the same in both runs)."""
+    missed = left_out(items)
+    if missed:
+        raise pytest.UsageError(
+            "these tests open a store but the PostgreSQL run would leave them out: request "
+            "database_url (or a fixture that does: make_harness, store_target, new_store...) or "
+            "mark them own_store (tests/store_use.py):\n  " + "\n  ".join(missed))
+    if not on_postgres(config):
+        return
+    others = [item for item in items if not on_the_suite_store(item)]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = [item for item in items if on_the_suite_store(item)]
+    config.stash[DESELECTED] = len(others)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    if DESELECTED not in config.stash:
+        return None
+    return (f"--store=postgres: {config.stash[DESELECTED]} tests that use no store of the "
+            "suite's deselected")
 
 
 @pytest.fixture(autouse=True)
 def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's user data folder (``XDG_DATA_HOME``) is its own: a command run without
-    ``CONTEXT_PROXY_DB`` writes its store there, never into the real user's folder."""
+    ``CONTEXT_PROXY_DB`` writes its store there, never into the real user's folder. No test
+    inherits ``CONTEXT_PROXY_DATABASE_URL``: only ``database_url`` sets it."""
     folder = tmp_path / "xdg-data"
     monkeypatch.setenv("XDG_DATA_HOME", str(folder))
+    monkeypatch.delenv("CONTEXT_PROXY_DATABASE_URL", raising=False)
     return folder
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def database_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
                  ) -> Iterator[str | None]:
-    """With ``--store=postgres``: this test's fresh schema, as ``CONTEXT_PROXY_DATABASE_URL``
-    (so the harness and every CLI subprocess use it); None on SQLite."""
+    """The suite's store for this test: with ``--store=postgres``, a fresh schema, as
+    ``CONTEXT_PROXY_DATABASE_URL`` (so a harness and every CLI subprocess use it); None on
+    SQLite. A test whose fixtures reach it is in the PostgreSQL run (tests/store_use.py)."""
     if not on_postgres(request.config):
-        monkeypatch.delenv("CONTEXT_PROXY_DATABASE_URL", raising=False)
         yield None
         return
     with fresh_schema() as url:

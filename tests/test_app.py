@@ -30,6 +30,7 @@ def routes(app: object) -> list[tuple[str, str]]:
             if r.resource is not None]
 
 
+@pytest.mark.own_store
 def test_the_catch_all_relay_comes_last_and_the_upgrade_before_responses(tmp_path: Path
                                                                          ) -> None:
     app = create_app(settings_for(tmp_path, "http://127.0.0.1:9/v1"))
@@ -40,6 +41,7 @@ def test_the_catch_all_relay_comes_last_and_the_upgrade_before_responses(tmp_pat
     assert not [p for _, p in order if p.startswith("/admin")]
 
 
+@pytest.mark.own_store
 def test_the_admin_api_and_console_exist_only_with_a_token(tmp_path: Path) -> None:
     app = create_app(settings_for(tmp_path, "http://127.0.0.1:9/v1",
                                   env={"CONTEXT_PROXY_ADMIN_TOKEN": "t" * 32}))

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from store_use import left_out, store_openers
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 400
@@ -423,3 +424,57 @@ def test_a_unit_test_file_that_starts_the_proxy_is_found() -> None:
               'async def test_b(aclient): ...\n'
               'def helper(client, sdk): ...\n')
     assert serving_fixtures(source) == {"harness", "aclient"}
+
+
+# --- the PostgreSQL run leaves out no test that opens a store -----------------------------------
+# ``pytest --store=postgres`` runs only the tests on the suite's store (tests/store_use.py); a
+# test that opens a store without being one of them, nor marked ``own_store``, fails the
+# collection (conftest.py), and this test, over what the session collected.
+
+def test_what_opens_a_store_is_found_through_helpers_and_fixtures() -> None:
+    source = ('import subprocess, pytest\n'
+              'def helper(p): return Store(p)\n'
+              'def cli(): subprocess.run(["python", "-m", "proxy.cli", "keys", "list"])\n'
+              '@pytest.fixture\ndef served(tmp_path): return Harness(tmp_path).start()\n'
+              'def test_direct(tmp_path): store.Store(tmp_path / "x.db").close()\n'
+              'def test_helper(tmp_path): helper(tmp_path)\n'
+              'def test_cli(): cli()\n'
+              'def test_fixture(served): ...\n'
+              'def test_app(settings): return create_app(settings)\n'
+              'def test_pure(tmp_path): assert tmp_path\n')
+    assert store_openers(source) == {"helper", "cli", "served", "test_direct", "test_helper",
+                                     "test_cli", "test_fixture", "test_app"}
+
+
+def test_every_test_that_opens_a_store_is_in_the_postgresql_run_or_marked(
+        request: pytest.FixtureRequest) -> None:
+    assert left_out(request.session.items) == []
+
+
+# --- every skip goes through need() -------------------------------------------------------------
+# ``need()`` (tests/needs.py) skips for a missing tool, or fails under
+# ``CONTEXT_PROXY_REQUIRE_ALL=1`` (CI: nothing may be skipped); a plain skip would bypass it.
+
+SKIPS = frozenset({"skip", "skipif", "importorskip"})
+
+
+def plain_skips(source: str) -> list[int]:
+    """The lines of ``source`` that skip without ``need()``: ``pytest.skip(...)``,
+    ``pytest.importorskip(...)``, ``pytest.mark.skip``/``skipif``."""
+    return sorted(n.lineno for n in ast.walk(ast.parse(source))
+                  if isinstance(n, ast.Attribute) and n.attr in SKIPS
+                  and ast.unparse(n.value) in ("pytest", "pytest.mark"))
+
+
+def test_every_skip_goes_through_need() -> None:
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "tests").rglob("*.py"))
+             if p.name != "needs.py" and (lines := plain_skips(p.read_text()))}
+    assert found == {}
+
+
+def test_a_plain_skip_is_found() -> None:
+    source = ('import pytest\npytestmark = pytest.mark.skipif(True, reason="x")\n'
+              'def test_a():\n    pytest.skip("no")\n'
+              'np = pytest.importorskip("numpy")\n'
+              'def test_b():\n    need("tool", "install it")\n')
+    assert plain_skips(source) == [2, 4, 5]

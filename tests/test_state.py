@@ -21,6 +21,7 @@ from proxy.testing.fake_upstream import FakeUpstream
 from proxy.upstream.client import Upstream
 
 
+@pytest.mark.own_store
 async def test_every_resource_is_in_the_state_of_its_type(tmp_path: Path) -> None:
     fake = FakeUpstream()
     settings = settings_for(tmp_path, await fake.start())

@@ -19,8 +19,8 @@ from proxy.store import Store
 
 
 @pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-        ) -> Callable[..., tuple[int, str, str]]:
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        database_url: str | None) -> Callable[..., tuple[int, str, str]]:
     monkeypatch.setenv("CONTEXT_PROXY_DB", str(tmp_path / "proxy.db"))
 
     def go(*args: str, stdin: str = "") -> tuple[int, str, str]:

@@ -16,6 +16,7 @@ from proxy import __version__
 from proxy.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.own_store  # the parser's answers: no command here reaches a store
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -123,6 +123,7 @@ def test_run_curl_line_replays_the_words_of_the_line(monkeypatch: pytest.MonkeyP
     assert seen[0].data == b'{"model": "m"}'
 
 
+@pytest.mark.usefixtures("database_url")
 def test_demo_serve_keeps_running_and_its_curl_line_works() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "demo", "--turns", "3",
                              "--serve"], cwd=ROOT, stdout=subprocess.PIPE, text=True,

@@ -24,9 +24,10 @@ class Ran:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-        ) -> Any:
-    """``cli(tmp_path, *args, platform=...)``: ``context-proxy policy ARGS`` in process."""
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        database_url: str | None) -> Any:
+    """``cli(tmp_path, *args, platform=...)``: ``context-proxy policy ARGS`` in process, on the
+    suite's store (``database_url``: ``CONTEXT_PROXY_DATABASE_URL`` comes before the file)."""
     def run(tmp_path: Path, *args: str, platform: str | None = None) -> Ran:
         folder = tmp_path / "policies"
         folder.mkdir(exist_ok=True)

@@ -24,6 +24,7 @@ def _direct(k: int = 8, depth: int = 50) -> list[float]:
                                     [embed(q) for _, q in queries], k, depth)]
 
 
+@pytest.mark.own_store
 def test_shipped_corpus_against_the_fake_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recall-audit", "--corpus", str(CORPUS), "--queries", str(QUERIES),
                  "--k", "8", "--fake-upstream", "--json", "--batch-size", "16"]) == 0
@@ -41,6 +42,7 @@ def test_shipped_corpus_against_the_fake_upstream(capsys: pytest.CaptureFixture[
     assert "q01 " in out and "\noverall " in out
 
 
+@pytest.mark.own_store
 def test_bad_input_and_unreachable_upstream(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"

@@ -18,6 +18,7 @@ def test_nothing_is_in_flight_in_an_app_without_state() -> None:
     assert shutdown_log.in_flight(web.Application()) == 0
 
 
+@pytest.mark.own_store
 async def test_the_line_counts_what_was_in_flight(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     settings = settings_for(tmp_path, "http://127.0.0.1:9/v1")

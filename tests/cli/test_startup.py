@@ -34,7 +34,9 @@ def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
+def env(tmp_path: Path, database_url: str | None) -> dict[str, str]:
+    """A ``serve`` on the suite's store (the subprocess inherits ``CONTEXT_PROXY_DATABASE_URL``)
+    and a policies folder of its own."""
     (tmp_path / "policies").mkdir()
     return {"CONTEXT_PROXY_DB": str(tmp_path / "proxy.db"),
             "CONTEXT_PROXY_POLICIES": str(tmp_path / "policies"),
@@ -92,6 +94,7 @@ def test_broken_yaml(env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("command", [["serve", "--port", "0"], ["keys", "create", "--org", "a"],
                                      ["keys", "list"]])
+@pytest.mark.own_store
 def test_unwritable_store(env: dict[str, str], tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "a-file").write_text("not a folder")
     proc = cli(command, {**env, "CONTEXT_PROXY_DB": str(tmp_path / "a-file" / "proxy.db"),
@@ -99,6 +102,7 @@ def test_unwritable_store(env: dict[str, str], tmp_path: Path, command: list[str
     one_line_naming(proc, "CONTEXT_PROXY_DB")
 
 
+@pytest.mark.own_store
 def test_read_only_store(env: dict[str, str], tmp_path: Path) -> None:
     db = tmp_path / "ro.db"
     db.write_bytes(b"this is not a database file" * 100)
@@ -117,6 +121,7 @@ def closed_port() -> int:
 @pytest.mark.parametrize("command", [["serve", "--port", "0"], ["keys", "list"],
                                      ["policy", "show", "--org", "acme"],
                                      ["dividers", "--org", "acme", "c1"]])
+@pytest.mark.own_store
 def test_unreachable_postgres_is_one_line_without_the_password(
         env: dict[str, str], command: list[str]) -> None:
     url = f"postgresql://proxy:pw-s3cret-1234@127.0.0.1:{closed_port()}/proxy"
@@ -126,6 +131,7 @@ def test_unreachable_postgres_is_one_line_without_the_password(
     assert "pw-s3cret-1234" not in proc.stderr and "proxy@127.0.0.1" in proc.stderr
 
 
+@pytest.mark.own_store
 def test_database_url_of_another_scheme(env: dict[str, str]) -> None:
     proc = cli(["serve", "--port", "0"],
                {**env, "CONTEXT_PROXY_DATABASE_URL": "mysql://proxy:pw-s3cret-1234@db/proxy"})

@@ -25,10 +25,8 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
                           capture_output=True, timeout=HANG_GUARD_S, env=full, check=False)
 
 
-@pytest.fixture
-def sqlite_only() -> None:
-    if os.environ.get("CONTEXT_PROXY_DATABASE_URL"):
-        pytest.skip("the SQLite file's location: the PostgreSQL run has no file")
+# The SQLite file's location: the PostgreSQL run, which has no file, leaves these tests out.
+pytestmark = pytest.mark.own_store
 
 
 def test_default_path_is_the_data_folder(tmp_path: Path) -> None:
@@ -43,7 +41,6 @@ def test_default_path_is_the_data_folder(tmp_path: Path) -> None:
     assert explicit.db_path == Path("x.db") and not explicit.db_path_default
 
 
-@pytest.mark.usefixtures("sqlite_only")
 def test_every_folder_reaches_one_store(tmp_path: Path, data_home: Path) -> None:
     first, second = tmp_path / "one", tmp_path / "two"
     first.mkdir()
@@ -60,7 +57,6 @@ def test_every_folder_reaches_one_store(tmp_path: Path, data_home: Path) -> None
     assert not list(first.iterdir()) and not list(second.iterdir())  # nothing in either folder
 
 
-@pytest.mark.usefixtures("sqlite_only")
 def test_a_store_at_the_older_default_is_moved_once(tmp_path: Path, data_home: Path) -> None:
     # What the older default made: the file in the working directory.
     old = cli(["keys", "create", "--org", "acme"], tmp_path,
@@ -78,7 +74,6 @@ def test_a_store_at_the_older_default_is_moved_once(tmp_path: Path, data_home: P
     assert cli(["keys", "list"], tmp_path, {}).stderr.strip() == f"store: {store}"
 
 
-@pytest.mark.usefixtures("sqlite_only")
 def test_key_made_in_another_folder_serves(tmp_path: Path, upstream: str,  # noqa: F811
                                            data_home: Path) -> None:
     env = {"CONTEXT_PROXY_UPSTREAM_URL": upstream, "XDG_DATA_HOME": str(data_home),

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from console_support import MODEL, PLATFORM, TOKEN, WINDOW, Console
 from factories import assistant, system, user, words
 
@@ -72,6 +73,7 @@ def test_hourly_usage_and_last_turns_are_stored_per_org_and_user(
          "last_tokens_after": last_team[1]}]
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_overview_shows_stored_usage_after_a_restart(tmp_path: Path) -> None:
     """The figures come from the store, not the Prometheus registry (which restarts empty)."""
     folder = tmp_path / "policies"

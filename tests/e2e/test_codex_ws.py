@@ -2,20 +2,21 @@
 first) against the proxy: it stays on the socket, never meets a 405, and its tool turn reaches
 the upstream whole (the socket's ``previous_response_id`` expanded by the proxy).
 
-Needs the ``codex`` binary: ``CONTEXT_PROXY_AGENTS_BIN`` names the ``node_modules/.bin`` folder
-of ``npm install @openai/codex@0.171.0``; skipped without it.
+Needs Node and the ``codex`` command (``agent_sessions.agent_bin``: ``CONTEXT_PROXY_AGENTS_BIN``,
+the clone's ``.agents``, or ``PATH``); skipped without them, a failure under
+``CONTEXT_PROXY_REQUIRE_ALL=1``. A real agent: marked ``agents``, as the sessions of tests/agents.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_sessions import agent_bin, node_env
 
 from proxy.testing.fake.fake_apis import RESPONSES
 from proxy.testing.fake_upstream import FakeUpstream
@@ -23,13 +24,8 @@ from proxy.testing.harness import Harness
 from proxy.testing.scrape import metric, scrape
 
 MODEL = "gpt-4.1"
-BIN = os.environ.get("CONTEXT_PROXY_AGENTS_BIN", "")
-CODEX = Path(BIN) / "codex" if BIN else None
 
-pytestmark = pytest.mark.skipif(
-    CODEX is None or not CODEX.exists(),
-    reason="set CONTEXT_PROXY_AGENTS_BIN to the node_modules/.bin folder of "
-           "`npm install @openai/codex@0.171.0` to run Codex against the proxy")
+pytestmark = pytest.mark.agents
 
 
 def respond(body: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +39,8 @@ def respond(body: dict[str, Any]) -> dict[str, Any]:
 
 def codex(args: list[str], home: Path, cwd: Path, stdin: str | None = None
           ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update(CODEX_HOME=str(home / "codex"), HOME=str(home))
-    return subprocess.run([str(CODEX), *args], cwd=cwd, env=env, input=stdin,
+    env = node_env(home, CODEX_HOME=str(home / "codex"))
+    return subprocess.run([agent_bin("codex"), *args], cwd=cwd, env=env, input=stdin,
                           stdin=None if stdin is not None else subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=180, check=False)
 

@@ -271,6 +271,7 @@ def test_an_oversized_message_is_refused(make_harness: Callable[..., Harness], s
         assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED) and code == 1009
 
 
+@pytest.mark.usefixtures("database_url")
 def test_an_idle_socket_is_closed_going_away_when_the_server_stops(tmp_path: Path) -> None:
     h = Harness(tmp_path, fake=FakeUpstream(models={MODEL: WINDOW})).start()
 

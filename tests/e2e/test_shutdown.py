@@ -143,6 +143,7 @@ WHOLE = {"/v1/chat/completions": {"model": "gpt-4o",
          "/v1/responses": {"model": "m", "input": "hi"}}
 
 
+@pytest.mark.usefixtures("database_url")
 def test_sigterm_answers_whole_requests_still_waiting_503_within_the_grace(
         stalled_upstream: tuple[str, FakeUpstream], tmp_path: Path) -> None:
     url, fake = stalled_upstream

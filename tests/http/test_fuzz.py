@@ -101,6 +101,7 @@ def conversations(h: Harness) -> int:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(body=bodies())
+@pytest.mark.usefixtures("database_url")
 def test_the_chat_route_never_answers_5xx(served: tuple[Harness, str], body: bytes) -> None:
     h, key = served
     before = conversations(h)

@@ -53,6 +53,7 @@ def test_other_methods_on_the_chat_path_are_405(harness: Harness, key: str,
     assert not any(r.path == "/v1/chat/completions" for r in harness.fake.requests)
 
 
+@pytest.mark.own_store
 def test_demo_refuses_zero_turns_in_one_line() -> None:
     out = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--turns", "0"],
                          capture_output=True, text=True, timeout=60,

@@ -144,6 +144,7 @@ def test_each_backend_gets_its_own_types(kind: str) -> None:
 # --- both backends ------------------------------------------------------------------------------
 
 
+@pytest.mark.own_store
 def test_a_fresh_sqlite_file_and_a_fresh_postgres_schema_have_the_same_schema(
         schema_url: str, tmp_path: Path) -> None:
     Store(tmp_path / "fresh.db").close()
@@ -160,6 +161,7 @@ def test_a_fresh_sqlite_file_and_a_fresh_postgres_schema_have_the_same_schema(
     assert lite_schema["policy_layers"]["user"] == ("text", True, True, None)
 
 
+@pytest.mark.own_store
 def test_the_released_sqlite_code_made_the_same_columns_as_the_one_list(tmp_path: Path) -> None:
     """A file fully migrated by the released SQLite code (sqlite-utils) and a fresh one differ
     at most where that code declared less: no NOT NULL and no default on
@@ -175,6 +177,7 @@ def test_the_released_sqlite_code_made_the_same_columns_as_the_one_list(tmp_path
     assert old == fresh
 
 
+@pytest.mark.own_store
 def test_the_released_postgres_code_made_the_same_columns_as_the_one_list(
         schema_url: str) -> None:
     with pg.connect(schema_url) as conn:
@@ -210,6 +213,7 @@ def _check_upgraded(store: Store) -> None:
     assert store.keys.find_many([]) == [] and store.keys.all() == [rec] and plaintext
 
 
+@pytest.mark.own_store
 def test_a_released_sqlite_file_at_003_migrates_on_keeping_its_rows(tmp_path: Path) -> None:
     conn = sqlite_db(tmp_path / "old.db", released("sqlite-003.sql"))
     _old_rows(conn)
@@ -244,6 +248,7 @@ def test_a_released_sqlite_file_at_011_applies_only_what_came_after(tmp_path: Pa
     assert lite.migrate(conn) == []
 
 
+@pytest.mark.own_store
 def test_a_released_postgres_schema_at_003_migrates_on_keeping_its_rows(schema_url: str
                                                                         ) -> None:
     with pg.connect(schema_url) as conn:

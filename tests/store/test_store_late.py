@@ -47,6 +47,7 @@ async def settle(health: StoreHealth) -> None:
     raise AssertionError("no verdict")
 
 
+@pytest.mark.own_store
 async def test_a_slow_call_on_a_live_store_is_answered_and_leaves_it_up(store: Store) -> None:
     _, key = store.keys.create("acme")
     begin_request()
@@ -60,6 +61,7 @@ async def test_a_slow_call_on_a_live_store_is_answered_and_leaves_it_up(store: S
     assert record is not None and record.org == "acme"
 
 
+@pytest.mark.own_store
 async def test_a_call_past_its_deadline_and_its_patience_fails_late(store: Store) -> None:
     begin_request()
     started = time.monotonic()
@@ -70,6 +72,7 @@ async def test_a_call_past_its_deadline_and_its_patience_fails_late(store: Store
     assert store.late
 
 
+@pytest.mark.own_store
 async def test_a_late_call_on_a_store_the_probe_finds_gone_fails_at_the_verdict(
         tmp_path: Path) -> None:
     store = Store(tmp_path / "store.db")
@@ -122,6 +125,7 @@ async def test_a_probe_that_fails_or_never_answers_marks_the_store_down() -> Non
         await health.close()
 
 
+@pytest.mark.own_store
 async def test_a_request_waits_out_one_failed_call_and_background_work_is_not_held_to_it(
         store: Store) -> None:
     begin_request()
@@ -156,6 +160,7 @@ async def test_probes_of_a_refused_port_are_paced() -> None:
     assert not health.up
 
 
+@pytest.mark.own_store
 async def test_calls_waiting_on_the_store_end_when_it_is_marked_down(store: Store) -> None:
     begin_request()
     store.deadline_s = 5.0
@@ -168,6 +173,7 @@ async def test_calls_waiting_on_the_store_end_when_it_is_marked_down(store: Stor
     assert time.monotonic() - started < 1.0  # released at once, not at its 5 s deadline
 
 
+@pytest.mark.own_store
 async def test_on_postgresql_a_write_waiting_on_a_lock_holds_up_no_other_write() -> None:
     """A background write (a backlog drained after an outage) and a request's write that wait
     on a lock another connection holds leave the other writes of requests free to go."""

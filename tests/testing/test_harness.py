@@ -14,6 +14,8 @@ from aiohttp.test_utils import make_mocked_request
 
 from proxy.testing.harness import Answer, Harness
 
+pytestmark = pytest.mark.own_store  # never started: no harness here opens a store
+
 
 def test_the_store_is_a_file_in_the_folder_or_the_database_the_process_names(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,8 @@ import pytest
 
 from proxy.testing.replicas import Replicas
 
+pytestmark = pytest.mark.own_store  # never started: no replica opens a store
+
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[Replicas]:

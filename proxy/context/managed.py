@@ -344,7 +344,7 @@ class ContextService:
             # The divider shows the figures the answer's X-Context-Tokens-* headers show.
             tokens_before=job.reported(p.tokens_before),
             tokens_after=job.reported(done.tokens_after), status=done.status,
-            truncated=done.truncated)
+            truncated=done.truncated, reasoning_removed=removed(job.request.adapted, p))
         self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
         self.metrics.prefix_rewrites.labels("compact").inc()

@@ -149,6 +149,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("014_reasoning_lost", tuple(
         f"ALTER TABLE {table} ADD COLUMN {c} {{int}} NOT NULL DEFAULT 0"
         for table in ("usage_totals", "usage_hourly") for c in REASONING_COUNTS)),
+    # What each compaction took: the turns it carried without their bound reasoning.
+    Migration("015_divider_reasoning", (
+        "ALTER TABLE compactions ADD COLUMN reasoning_removed {int} NOT NULL DEFAULT 0",)),
 )
 
 

@@ -80,6 +80,7 @@ def test_claude_code_on_a_reasoning_bound_model(make_harness: Callable[..., Harn
     text = scrape(s.harness.base_url.removesuffix("/v1"))
     assert metric(text, "context_proxy_reasoning_lost_total", model="claude-opus-5-5",
                   cause="compaction") == removed
+    assert sum(d["reasoning_removed"] for d in s.dividers()) == removed  # each divider says
 
 
 def test_claude_code_with_a_20k_fixed_prompt_at_32k(make_harness: Callable[..., Harness],

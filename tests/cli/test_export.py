@@ -214,6 +214,7 @@ def test_small_pages_export_the_same_rows(filled: Filled, tmp_path: Path) -> Non
     assert (counts["organizations"], counts["users"]) == (2, 2)
 
 
+@pytest.mark.own_store  # a SQLite file of its own: the export refuses to write over it
 def test_the_store_itself_is_never_the_file(tmp_path: Path) -> None:
     path = tmp_path / "proxy.db"
     Store(path).close()
@@ -227,6 +228,7 @@ def test_the_store_itself_is_never_the_file(tmp_path: Path) -> None:
         source.close()
 
 
+@pytest.mark.own_store  # stores that do not exist, on purpose
 @pytest.mark.parametrize(("env", "expected"), [
     ({"CONTEXT_PROXY_DB": "{tmp}/nowhere.db"},
      "error: CONTEXT_PROXY_DB: cannot read the store at {tmp}/nowhere.db: no such file"),

@@ -116,7 +116,7 @@ def test_released_migrations_keep_their_names_and_new_ones_are_appended() -> Non
         "001_keys", "002_policy_layers", "003_conversations", "004_drop_unused_columns",
         "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
         "009_console_signouts", "010_costs", "011_prepared_summaries", "012_usage_batches",
-        "013_keys_changed", "014_reasoning_lost"]
+        "013_keys_changed", "014_reasoning_lost", "015_divider_reasoning"]
 
 
 def test_every_column_type_is_written_as_a_placeholder() -> None:
@@ -238,7 +238,7 @@ def test_a_released_sqlite_file_at_011_applies_only_what_came_after(tmp_path: Pa
     # Nothing it had changed but the tables that gained columns: keys (013), the usage tables
     # (014).
     grown = {"keys": "changed_version", "usage_totals": "reasoning_dropped",
-             "usage_hourly": "reasoning_dropped"}
+             "usage_hourly": "reasoning_dropped", "compactions": "reasoning_removed"}
     assert {b for b in before if b[0] not in grown} <= set(after)
     for table, column in grown.items():
         assert column in dict(after)[table] and column not in dict(before)[table]

@@ -61,6 +61,7 @@ class CompactionRecord:
     tokens_after: int
     status: str  # compacted | insufficient (still over the trigger after rewriting)
     truncated: bool = False  # a summary came back longer than asked and was cut
+    reasoning_removed: int = 0  # turns it carried without their bound reasoning
 
     @property
     def text(self) -> str:
@@ -72,7 +73,7 @@ class CompactionRecord:
                 "kind": self.kind, "text": self.text, "tokens_before": self.tokens_before,
                 "tokens_after": self.tokens_after, "covered_messages": self.covered,
                 "summary_model": self.summary_model, "summary_tokens": self.summary_tokens,
-                "truncated": self.truncated}
+                "truncated": self.truncated, "reasoning_removed": self.reasoning_removed}
 
 
 def _record(row: dict[str, Any]) -> CompactionRecord:

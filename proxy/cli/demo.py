@@ -1,10 +1,12 @@
 """``context-proxy demo``: a long scripted agent session through the proxy, entirely offline.
 
 A built-in fake upstream and the proxy start on loopback ports the OS picks; the official
-``openai`` SDK plays the agent session ``proxy.testing.agent.DEMO`` (it reads files, runs tests
-and keeps a ``write_todos`` plan, with large tool outputs). Each turn prints what the client
-sent, what the upstream received and what the proxy did, so a newcomer sees the context stages
-at work.
+``openai`` SDK plays the agent session ``proxy.testing.agent.DEMO_STAGES`` (it reads files, runs
+tests and keeps a ``write_todos`` plan, with large tool outputs). A table row shows what the
+client sent, what the upstream received and what the proxy did, so a newcomer sees both context
+stages at work at the default policy: 80 turns at a 64k window, where a turn adds about a 36th
+of the window, so masking steps free their ``masking.min_step_turns`` of growth with compaction's
+trigger still ``masking.compaction_turns`` turns away, and compaction clears what they leave.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, default_res
 from proxy.testing.harness import Harness
 
 MODEL = "demo-agent"
-WINDOW = 16_384
-SESSION = agent.DEMO  # the shared generator's demo session: seed 7, a fact buried in turn 3
+WINDOW = 65_536
+TURNS = 80  # the first compaction comes at turn 30, masking steps at turns 46, 60 and 74
+SESSION = agent.DEMO_STAGES  # seed 7, a fact buried in turn 3, tool outputs most of a turn
+EVERY = 5  # past EVERY turns, the table shows every EVERY-th turn and every turn with news
 CONVERSATION = "demo-session"
 # The demo model is priced like a current frontier model (US dollars per million tokens), so the
 # report can say what the session cost and saved; real models take litellm's prices.
@@ -43,6 +47,14 @@ LEGEND = ("Legend: client/upstream = prompt tokens the client sent / the upstrea
           "masked = tool outputs shown as a placeholder in the list sent upstream; "
           "compaction = what the summary stage did (auto: a new summary, reused: the stored "
           "one); divider = the compaction's record.")
+
+
+def shows(turn: int, turns: int, masked: int, before: int, compaction: str) -> bool:
+    """Whether the table prints ``turn``'s row: every row of a short session; past ``EVERY``
+    turns the first, the last, every ``EVERY``-th and every turn where something happened (a
+    masking step, a new summary or one that could not be made)."""
+    return (turns <= 2 * EVERY or turn in (1, turns) or turn % EVERY == 0
+            or masked != before or compaction in ("auto", "insufficient"))
 
 
 @dataclass
@@ -97,7 +109,7 @@ def show_examples(out: TextIO, requests: list[dict[str, Any]],
             out.write(f"  {name}: {headers[name]}\n")
 
 
-def run_demo(turns: int = 60, out: TextIO = sys.stdout, serve: bool = False,
+def run_demo(turns: int = TURNS, out: TextIO = sys.stdout, serve: bool = False,
              port: int = 0) -> int:
     """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code.
     With ``serve``, keep the proxy and its fake upstream running afterwards (until Ctrl-C)."""
@@ -147,6 +159,7 @@ class Played:
     prompts: list[int] = field(default_factory=list)  # the client's own prompts, as the fake counts
     compacting: tuple[int, Any] | None = None  # the first compacting turn and its headers
     started: float = field(default_factory=time.monotonic)
+    masked: int = 0  # tool outputs shown as placeholders in the last request the upstream got
 
 
 def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
@@ -156,6 +169,7 @@ def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
     out.write(f"context-proxy demo: {turns} agent turns, model window {WINDOW:,} tokens, "
               f"upstream {fake.base_url} (fake, offline)\n\n")
     _row(out, "turn", "msgs", "client", "upstream", "masked", "compaction", "divider")
+    first = 0
     for turn, (assistant, results) in enumerate(agent.turns(SESSION, turns), start=1):
         last = turn == turns
         script.next_message = ({"role": "assistant", "content": "All tests pass."} if last
@@ -171,14 +185,28 @@ def _play(out: TextIO, turns: int, client: openai.OpenAI, fake: FakeUpstream,
         p.sent += client_tokens
         p.received += upstream_tokens
         hd = raw.headers
-        if p.compacting is None and hd.get("x-context-compaction") == "auto":
+        compaction = hd.get("x-context-compaction", "-")
+        if p.compacting is None and compaction == "auto":
             p.compacting = (turn, dict(hd))
-        _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
-             masked_in(sent), hd.get("x-context-compaction", "-"),
-             (hd.get("x-context-divider-id") or "-")[:10])
+        masked, before = masked_in(sent), p.masked
+        p.masked = masked
+        if shows(turn, turns, masked, before, compaction):
+            _row(out, turn, len(messages), f"{client_tokens:,}", f"{upstream_tokens:,}",
+                 masked, compaction, (hd.get("x-context-divider-id") or "-")[:10])
+        first = first or client_tokens
         if not last:
             messages += [assistant, *results]
     out.write(f"\n{LEGEND}\n")
+    if turns > 2 * EVERY:
+        out.write(f"Rows: turn 1, every {EVERY}th turn, the last, and every turn where the "
+                  "masked count changed or a summary was made.\n")
+    growth = (client_tokens - first) / max(1, turns - 1)
+    if growth:
+        out.write(f"Why both stages show: a turn adds ~{growth:,.0f} tokens, 1/"
+                  f"{WINDOW / growth:.0f} of the {WINDOW // 1024}k window, so a masking step at "
+                  "0.55 of it frees its 8 turns of growth with compaction's trigger (0.80) more "
+                  "than 8 turns away; at 16k a turn is ~1/9 of the window and compaction would "
+                  "do all the work.\n")
     return p
 
 

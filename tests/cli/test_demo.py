@@ -23,30 +23,36 @@ from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = 26  # the first compaction of the demo session comes at turn 20, then it is reused
+TURNS = 50  # the demo session's first compaction comes at turn 30, its first masking step at 46
 
 
 def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
-    assert demo.SESSION == agent.DEMO
+    assert demo.SESSION == agent.DEMO_STAGES and demo.WINDOW == 65_536
     out = io.StringIO()
     assert demo.run_demo(turns=TURNS, out=out) == 0
     text = out.getvalue()
     lines = text.splitlines()
-    assert lines[0].startswith(f"context-proxy demo: {TURNS} agent turns, model window 16,384 "
+    assert lines[0].startswith(f"context-proxy demo: {TURNS} agent turns, model window 65,536 "
                                "tokens, upstream http://127.0.0.1:")
     assert lines[2].split() == ["turn", "msgs", "client", "upstream", "masked", "compaction",
                                 "divider"]
-    rows = [line.split() for line in lines[3:3 + TURNS]]
+    rows = [line.split() for line in lines[3:lines.index("", 3)]]
+    shown = [int(r[0]) for r in rows]  # the first, every 5th, the last and every eventful turn
+    assert shown == sorted(shown) and {1, TURNS, *range(5, TURNS, 5)} <= set(shown)
+    assert "Rows: turn 1, every 5th turn, the last, and every turn where" in text
     counter = TokenCounter()
-    for turn, row in enumerate(rows, start=1):
-        sent = agent.conversation(agent.DEMO, turn - 1)  # the opening and the turns before
+    for turn, row in zip(shown, rows, strict=True):
+        sent = agent.conversation(demo.SESSION, turn - 1)  # the opening and the turns before
         client = counter.count_messages(sent, demo.MODEL, agent.TOOLS)
         assert row[:3] == [str(turn), str(len(sent)), f"{client:,}"], row
         assert int(row[3].replace(",", "")) <= client  # the upstream never gets more
         assert row[5] in ("none", "reused", "auto", "insufficient"), row
     assert rows[0][3] == rows[0][2] and rows[0][4:6] == ["0", "none"]  # nothing to do yet
     assert [r[5] for r in rows].count("auto") >= 1
-    masked = any(int(r[4]) > 0 for r in rows)  # at this window a step rarely pays for itself
+    steps = [r for r in rows if int(r[4]) > 0 and r[5] != "auto"]  # masking at the defaults
+    assert steps and all(int(r[3].replace(",", "")) < int(r[2].replace(",", "")) for r in steps)
+    assert int(steps[0][0]) > int(next(r for r in rows if r[5] == "auto")[0])  # as documented
+    assert "Why both stages show: a turn adds ~" in text
     assert int(rows[-1][3].replace(",", "")) <= demo.WINDOW
     assert (f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
             "upstream at the last turn: yes") in text
@@ -55,25 +61,34 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     assert "Legend: client/upstream = prompt tokens" in text
     examples = text.split("A masked tool output, as the upstream received it:\n")[1]
     placeholder, _, rest = examples.partition("\n")
-    assert placeholder.strip().startswith("[tool output cleared: ") == masked, placeholder
-    assert masked or placeholder.strip() == "(none)"
+    assert re.fullmatch(r"\[tool output cleared: [0-9,]+ tokens from (read_file|run_tests|grep); "
+                        r"spill [0-9a-f]+\]", placeholder.strip()), placeholder
     summary = rest.split("The summary the upstream received in place of the older turns:\n")[1]
     assert agent.DEMO_FACT in summary.splitlines()[0]
     turn = next(r for r in rows if r[5] == "auto")[0]
     headers = text.split(f"Headers of the answer to turn {turn}, the first that compacted:\n")[1]
-    shown = dict(line.strip().split(": ", 1) for line in headers.splitlines() if line.strip())
-    assert shown["x-context-compaction"] == "auto"
+    got = dict(line.strip().split(": ", 1) for line in headers.splitlines() if line.strip())
+    assert got["x-context-compaction"] == "auto"
     divider = next(r for r in rows if r[5] == "auto")[6]
-    assert shown["x-context-divider-id"].startswith(divider)
-    assert shown["x-conversation-id"] == demo.CONVERSATION
-    assert int(shown["x-context-cost-spent"]) > 0 and "x-context-cost-saved" in shown
+    assert got["x-context-divider-id"].startswith(divider)
+    assert got["x-conversation-id"] == demo.CONVERSATION
+    assert int(got["x-context-cost-spent"]) > 0 and "x-context-cost-saved" in got
     money = re.search(r"spent upstream \$([0-9.]+); the client's own requests would have cost "
                       r"\$([0-9.]+) without the proxy; saved (-?)\$([0-9.]+)", text)
     assert money is not None, text
     spent, without, sign, saved = money.groups()
-    assert float(spent) > 0 and float(without) > 0
+    assert 0 < float(spent) < float(without)  # both stages at work, and it pays
     assert float(f"{sign}{saved}") == pytest.approx(float(without) - float(spent), abs=2e-4)
     assert "Reasoning lost: 0 thinking blocks or reasoning items" in text  # binds none
+
+
+def test_the_table_shows_every_turn_of_a_short_session_and_the_eventful_ones_of_a_long_one(
+        ) -> None:
+    assert all(demo.shows(t, 10, 0, 0, "none") for t in range(1, 11))
+    assert [t for t in range(1, 31) if demo.shows(t, 30, 0, 0, "reused")] == [1, 5, 10, 15, 20,
+                                                                               25, 30]
+    assert demo.shows(7, 30, 3, 0, "none") and demo.shows(7, 30, 0, 0, "auto")
+    assert demo.shows(7, 30, 0, 0, "insufficient") and not demo.shows(7, 30, 3, 3, "reused")
 
 
 def test_masked_counts_the_placeholders_sent() -> None:

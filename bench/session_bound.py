@@ -56,8 +56,10 @@ def _tools(chat_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _outputs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results as Responses items (a user's follow-up as a message)."""
     return [{"type": "function_call_output", "call_id": r["tool_call_id"],
-             "output": r["content"]} for r in results]
+             "output": r["content"]} if r["role"] == "tool" else
+            {"type": "message", "role": r["role"], "content": r["content"]} for r in results]
 
 
 def play_bound(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> Played:

@@ -191,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "names cells or patterns, e.g. 32k/mid/s11 or '200k/*', and --policy "
                         "fields join the default policy's column")
     p.add_argument("--workers", type=int, default=2, help="processes for --matrix")
+    p.add_argument("--seed", type=int, action="append", default=[],
+                   help="--matrix: a cell seed to play (repeatable); by default two are drawn at "
+                        "run time and printed")
     p.add_argument("--no-bound", action="store_true",
                    help="--matrix without its reasoning-bound column (bench/session_bound.py)")
     args = p.parse_args(argv)
@@ -202,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.matrix:
         from bench import session_matrix
 
-        return session_matrix.main(args.workers, args.only or (), policy, not args.no_bound)
+        return session_matrix.main(args.workers, args.only or (), policy, not args.no_bound,
+                                   args.seed)
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]

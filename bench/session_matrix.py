@@ -47,8 +47,10 @@ from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_
 from proxy.testing.harness import Harness
 
 READ = 0.1
+LOW_READ = 0.05  # cache reads on the newest models (Opus 5.5, OpenAI's newest): column s.05
 WRITES = (1.0, 1.25)
-SEEDS = (11, 12)
+SEEDS = (11, 12)  # the documented cells' seeds; a run draws its own unless told (--seed)
+FOLLOW_EVERY = 7  # the follow-up shape: a user message after every seventh turn's results
 WINDOWS = (16_000, 32_000, 128_000, 200_000)
 OUTPUTS = {"small": (200, 800), "mid": (1000, 4000), "large": (4000, 16000)}
 REACH, MIN_TURNS, MAX_TURNS = 1.4, 24, 120
@@ -67,11 +69,12 @@ class Cell:
     large_prompt: bool
     coding: bool
     seed: int
+    follow: bool = False  # the user follows up every FOLLOW_EVERY turns
 
     @property
     def name(self) -> str:
         shape = "coding" if self.coding else self.outputs
-        prompt = "+20k" if self.large_prompt else ""
+        prompt = ("+20k" if self.large_prompt else "") + ("+fu" if self.follow else "")
         return f"{self.window // 1000}k/{shape}{prompt}/s{self.seed}"
 
     @property
@@ -88,7 +91,8 @@ class Cell:
             system += "\n" + agent.tool_output(rng, FIXED_TOKENS // 2, 0)
         return agent.AgentSpec(seed=self.seed, output_tokens=(low, high), system=system,
                                thought_words=(10, 40), facts=facts,
-                               write_every=4 if self.coding else 0)
+                               write_every=4 if self.coding else 0,
+                               follow_every=FOLLOW_EVERY if self.follow else 0)
 
     def tools(self) -> list[dict[str, Any]]:
         tools = agent.CODING_TOOLS if self.coding else agent.TOOLS
@@ -113,15 +117,22 @@ def playable(window: int, outputs: str, large_prompt: bool) -> bool:
     return FIXED_TOKENS * large_prompt + 1.35 * OUTPUTS[outputs][1] <= window
 
 
-def cells() -> list[Cell]:
+def cells(seeds: Sequence[int] = SEEDS) -> list[Cell]:
     out = []
-    for seed in SEEDS:
+    for seed in seeds:
         for window in WINDOWS:
             out += [Cell(window, outputs, large, False, seed)
                     for outputs in OUTPUTS for large in (False, True)
                     if playable(window, outputs, large)]
             out.append(Cell(window, "mid", False, True, seed))
+            out.append(Cell(window, "mid", False, False, seed, follow=True))
     return out
+
+
+def drawn_seeds(count: int = 2) -> tuple[int, ...]:
+    """Seeds drawn at run time, so no rule is tuned to the cells one run plays."""
+    rng = random.SystemRandom()
+    return tuple(rng.randrange(100, 100_000) for _ in range(count))
 
 
 @dataclass
@@ -229,6 +240,7 @@ def ratios(p: Played) -> dict[str, float]:
         out[f"s{w}"] = priced(p.calls, READ, w) / priced(base, READ, w)
         out[f"f{w}"] = priced(p.fits, READ, w) / priced(fits_base, READ, w) if fits_base \
             else 0.0
+    out["s.05"] = priced(p.calls, LOW_READ, WRITES[-1]) / priced(base, LOW_READ, WRITES[-1])
     return out
 
 
@@ -239,9 +251,11 @@ def consecutive(turns: Sequence[int], needed: AbstractSet[int] = frozenset()) ->
     return sum(1 for a, b in itertools.pairwise(seen) if b == a + 1 and b not in needed)
 
 
-def selected(only: Sequence[str] = ()) -> list[Cell]:
-    """The cells named by ``only`` (names or shell patterns, e.g. ``200k/*``); all when empty."""
-    return [c for c in cells() if not only or any(fnmatch.fnmatchcase(c.name, o) for o in only)]
+def selected(only: Sequence[str] = (), seeds: Sequence[int] = SEEDS) -> list[Cell]:
+    """The cells of ``seeds`` named by ``only`` (names or shell patterns, e.g. ``200k/*``);
+    all when empty."""
+    return [c for c in cells(seeds)
+            if not only or any(fnmatch.fnmatchcase(c.name, o) for o in only)]
 
 
 def _play(bound: bool, cell: Cell, policy: str, extra: dict[str, Any] | None) -> Played:
@@ -253,11 +267,11 @@ def _play(bound: bool, cell: Cell, policy: str, extra: dict[str, Any] | None) ->
 
 
 def run(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None,
-        bound: bool = True) -> list[Played]:
+        bound: bool = True, seeds: Sequence[int] = SEEDS) -> list[Played]:
     """Every selected cell under every policy, and again on a reasoning-bound model
     (``bound``); ``extra`` fields join the default policy."""
     jobs = [(b, c, p, extra if p == "default" else None) for b in (False, True)[:1 + bound]
-            for c in selected(only) for p in POLICIES]
+            for c in selected(only, seeds) for p in POLICIES]
     jobs.sort(key=lambda j: -j[1].turns() * j[1].window)  # longest first: the pool ends together
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(_play, *zip(*jobs, strict=True)))
@@ -266,7 +280,8 @@ def run(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = N
 def _row(p: Played) -> str:
     r = ratios(p)
     summaries = [c for c in p.calls if c.summary]
-    return (f"{p.policy:<7} {r['s1.0']:5.2f} {r['s1.25']:5.2f} {r['f1.0']:5.2f} {r['f1.25']:5.2f} "
+    return (f"{p.policy:<7} {r['s1.0']:5.2f} {r['s1.25']:5.2f} {r['s.05']:5.2f} {r['f1.0']:5.2f} "
+            f"{r['f1.25']:5.2f} "
             f"{cached_share(p.calls):5.2f} {p.rewrites:4.0f} {len(summaries):4} "
             f"{cached_share(summaries) if summaries else 0.0:5.2f} "
             f"{consecutive(p.summary_turns, p.needed):4} "
@@ -282,6 +297,8 @@ def cheaper(rs: dict[str, dict[str, float]]) -> list[str]:
             out.append(f"session@{w}")
         if rs["default"][f"f{w}"] > 1.05 * rs["off"][f"f{w}"]:
             out.append(f"fits@{w}")
+    if rs["default"]["s.05"] > 1.05 * min(rs["off"]["s.05"], rs["flat"]["s.05"]):
+        out.append("session@read0.05")
     return out
 
 
@@ -302,7 +319,8 @@ def report(results: Sequence[Played]) -> list[str]:
     for p in results:
         if not p.bound:
             by.setdefault(p.cell, {})[p.policy] = p
-    print(f"{'cell':<22} {'turns':>5} {'policy':<7} {'s1.0':>5} {'s1.25':>5} {'f1.0':>5} "
+    print(f"{'cell':<22} {'turns':>5} {'policy':<7} {'s1.0':>5} {'s1.25':>5} {'s.05':>5} "
+          f"{'f1.0':>5} "
           f"{'f1.25':>5} {'cach':>5} {'rewr':>4} {'summ':>4} {'s.cch':>5} {'cons':>4} "
           f"{'lost':>4} {'over':>4} {'vrb':>3} {'err':>3}  verdict")
     losses = []
@@ -319,7 +337,8 @@ def report(results: Sequence[Played]) -> list[str]:
             print(f"{head} {_row(row[name])}{tail}")
     print(textwrap.fill(
         "s1.0/s1.25: session cost over pass-through, cache writes at 1.0/1.25x input (reads "
-        "0.1); f*: the same over the turns pass-through fits the window; cach: cached share; "
+        "0.1); s.05: the same with reads at 0.05 and writes at 1.25; f*: the same over the "
+        "turns pass-through fits the window; cach: cached share; "
         "rewr: prefix rewrites; summ: summary calls; s.cch: their cached share; cons: "
         "consecutive turns both making a summary call where the second one's request would "
         f"have fit the window without it (under {FULL:.0%} of it); lost: planted facts neither "
@@ -334,9 +353,13 @@ def report(results: Sequence[Played]) -> list[str]:
 
 
 def main(workers: int, only: Sequence[str] = (), extra: dict[str, Any] | None = None,
-         bound: bool = True) -> int:
+         bound: bool = True, seeds: Sequence[int] = ()) -> int:
+    """Play and report the matrix; ``seeds`` (none: two drawn now, printed for a replay)."""
     started = time.monotonic()
-    results = run(workers, only, extra, bound)
+    seeds = tuple(seeds) or drawn_seeds()
+    print(f"seeds {', '.join(map(str, seeds))} (replay: "
+          + " ".join(f"--seed {s}" for s in seeds) + ")", flush=True)
+    results = run(workers, only, extra, bound, seeds)
     report(results)
     if bound:
         from bench.session_bound import report_bound

@@ -96,15 +96,17 @@ class AgentSpec:
     thought_words: tuple[int, int] = (60, 160)  # words in the assistant's "Step N: ..." text
     plan_steps: tuple[str, ...] = PLAN_STEPS
     grep_pattern: str = "quantize"
+    follow_every: int = 0  # a user follow-up after the results when turn % follow_every == 0
 
     def __post_init__(self) -> None:
         low, high = self.output_tokens
         if not 0 <= low <= high or not 0 <= self.thought_words[0] <= self.thought_words[1]:
             raise ValueError("output_tokens and thought_words must be (low, high), "
                              "0 <= low <= high")
-        if min(self.plan_every, self.parallel_every, self.tests_every, self.write_every) < 0:
-            raise ValueError("plan_every, parallel_every, tests_every and write_every must be "
-                             ">= 0")
+        if min(self.plan_every, self.parallel_every, self.tests_every, self.write_every,
+               self.follow_every) < 0:
+            raise ValueError("plan_every, parallel_every, tests_every, write_every and "
+                             "follow_every must be >= 0")
         if not self.words:
             raise ValueError("words must not be empty")
 
@@ -154,7 +156,8 @@ def _plan(spec: AgentSpec, turn: int) -> str:
 
 def agent_turn(spec: AgentSpec, turn: int, rng: random.Random
                ) -> tuple[Message, list[Message]]:
-    """Turn ``turn``'s assistant message and the tool messages answering its calls, in order.
+    """Turn ``turn``'s assistant message and the messages after it: the tool messages answering
+    its calls, in order, then the user's follow-up on turns of ``spec.follow_every``.
 
     Draws from ``rng`` (output sizes and text, then the thought), so a session must play its
     turns in order on one ``rng`` to be reproducible; ``turns`` does that.
@@ -186,6 +189,9 @@ def agent_turn(spec: AgentSpec, turn: int, rng: random.Random
     assistant: Message = {"role": "assistant", "content": thought, "tool_calls": calls}
     results: list[Message] = [{"role": "tool", "tool_call_id": c["id"], "content": out}
                               for c, out in zip(calls, outputs, strict=True)]
+    if _every(spec.follow_every, turn):  # the user steers mid-task (draws nothing from rng)
+        results.append({"role": "user", "content": f"Also keep case {turn} in mind: the "
+                                                   "totals must still round half to even."})
     return assistant, results
 
 

@@ -19,6 +19,7 @@ SPECS = [
     agent.DEMO,
     AgentSpec(seed=3, parallel_every=2, plan_every=0, memory=None, output_tokens=(50, 80)),
     AgentSpec(seed=11, plan_every=4, plan_phase=0, parallel_every=0, tests_every=0),
+    AgentSpec(seed=5, follow_every=3),
 ]
 
 
@@ -51,14 +52,17 @@ def test_every_turn_ends_a_valid_transcript(spec: AgentSpec) -> None:
     ids: set[str] = set()
     for assistant, results in agent.turns(spec, 40):
         calls = assistant["tool_calls"]
-        assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls]
+        answers = [r for r in results if r["role"] == "tool"]  # then a follow-up, if any
+        assert [r["tool_call_id"] for r in answers] == [c["id"] for c in calls]
+        assert results[:len(answers)] == answers
         assert {c["function"]["name"] for c in calls} <= declared
         assert ids.isdisjoint(c["id"] for c in calls)
         ids.update(c["id"] for c in calls)
         messages += [assistant, *results]
         assert ordering_problems(messages) == []
     # cut inside a turn: the last call is left unanswered, which the validator refuses
-    assert ordering_problems(messages[:-1]) != []
+    cut = len(messages) - (2 if messages[-1]["role"] == "user" else 1)
+    assert ordering_problems(messages[:cut]) != []
 
 
 def test_turn_kinds_follow_the_periods() -> None:
@@ -130,6 +134,8 @@ def test_bad_parameters_are_refused() -> None:
         AgentSpec(parallel_every=-1)
     with pytest.raises(ValueError):
         AgentSpec(words=())
+    with pytest.raises(ValueError):
+        AgentSpec(follow_every=-2)
     assert hash(agent.DEMO) == hash(dataclasses.replace(agent.DEMO))  # frozen and hashable
 
 
@@ -155,3 +161,17 @@ def test_coding_sessions_write_whole_files_in_their_arguments() -> None:
     # no writes asked: the rng draws as before, so other sessions are unchanged
     assert agent.conversation(AgentSpec(seed=4), 12) == agent.conversation(
         dataclasses.replace(spec, write_every=0), 12)
+
+
+def test_a_user_follows_up_after_the_results_of_every_nth_turn() -> None:
+    """The user steers mid-task: on turns of ``follow_every`` a user message follows the
+    results; the rest of the session (sizes, thoughts, calls) is what it is without them."""
+    spec = AgentSpec(seed=9, follow_every=4)
+    plain = list(agent.turns(dataclasses.replace(spec, follow_every=0), 12))
+    for turn, ((assistant, results), (same, bare)) in enumerate(
+            zip(agent.turns(spec, 12), plain, strict=True), start=1):
+        assert assistant == same
+        if turn % 4 == 0:
+            assert results[:-1] == bare and results[-1]["role"] == "user"
+        else:
+            assert results == bare

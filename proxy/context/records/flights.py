@@ -1,7 +1,7 @@
 """Single flight across processes (SPEC sections 5 and 9): one summary per conversation and
 prefix, however many replicas receive its requests at once.
 
-Within a process, concurrent requests share one future (``ContextService``); across processes
+Within a process, concurrent requests share one future (``SummarySource``); across processes
 the one that makes the summary holds a lease named after the conversation and prefix hash
 (``proxy.store.leases``), renewed while it works. ``claim`` runs in one write transaction under
 the conversation's lock: a compaction of that prefix already stored is returned for reuse,

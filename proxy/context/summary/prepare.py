@@ -4,7 +4,7 @@ When the transcript as sent crosses ``prepare_ratio`` × window (and stays under
 the request goes upstream at once and a task prepares the summary a compaction at this point
 would make: the same plan as at the trigger (``prepare_ratio`` standing in for the trigger
 ratio), the same summary call on the request's cached prefix. The request that crosses the
-trigger applies it (``ContextService``), or, while it is still being made and the request fits
+trigger applies it (``SummarySource``), or, while it is still being made and the request fits
 the window without it, goes upstream uncompacted. Nothing here changes what a request sends.
 
 One preparation per conversation at a time (in the process: one task per conversation; across

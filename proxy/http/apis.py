@@ -9,6 +9,7 @@ A request whose history the upstream keeps (``Api.keeps_history``: a Responses r
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -138,14 +139,17 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
                       headers: Mapping[str, str], raw: bytes, query: str = ""
                       ) -> web.StreamResponse:
     """A request whose history the upstream keeps: sent as it came, nothing to manage; a good
-    answer goes to ``sink``, an error answer is returned unsent."""
+    answer goes to ``sink``, an error answer is returned unsent. The upstream leg is booked in
+    ``context_proxy_upstream_duration_seconds`` like a managed one (``forward``)."""
     upstream = _upstream(state, api)
     out_headers = forwarding_conversation_id(api.headers(headers, principal.upstream_key),
                                              headers, state.settings.forward_conversation_id)
     note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
+    sent = time.perf_counter()
     try:
         resp = await send_timed(upstream, api.path, out_headers, raw, query, api.name)
     except ApiError as e:
+        state.metrics.upstream_for(api.name)(time.perf_counter() - sent)
         return e.response(headers=_stamped(state, api, note))
     try:
         if resp.status == 200 and is_event_stream(resp):
@@ -161,6 +165,7 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
         return api.shape(answer) if answer.get(PROXY_MADE) else answer
     finally:
         resp.release()
+        state.metrics.upstream_for(api.name)(time.perf_counter() - sent)
 
 
 def _stamped(state: ProxyState, api: Api, note: dict[str, str]) -> dict[str, str]:

@@ -48,8 +48,7 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     out = forwarding_conversation_id(API.headers(request.headers, job.principal.upstream_key),
                                      request.headers, state.settings.forward_conversation_id)
     leg = Leg(state.upstream, API.path, out, API.name, check=unusable_completion,
-              usage=API.usage, scanner=UsageScanner,
-              observe=state.metrics.upstream_chat.observe, stream_end=API.stream_end)
+              usage=API.usage, scanner=UsageScanner, stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)
 
 

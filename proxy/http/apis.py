@@ -100,10 +100,8 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
     forced = manual.requested(headers.get(manual.HEADER), enabled, chat.messages)
     job = await state.context.prepare(principal, chat, headers.get("X-Conversation-Id"),
                                       manual=forced)
-    report = trigger.unmasked(api, body, await state.context.manage(job))
-    hint = manual.ignored(headers.get(manual.HEADER), enabled)
-    if hint:
-        report = replace(report, notes={**report.notes, **hint})
+    report = manual.noted(trigger.unmasked(api, body, await state.context.manage(job)),
+                          headers.get(manual.HEADER), enabled)
     return job, report
 
 

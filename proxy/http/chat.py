@@ -8,8 +8,6 @@ nothing: the same body would only be refused again, so the refusal is relayed in
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from aiohttp import web
 
 from proxy.apis import APIS
@@ -35,10 +33,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                               state.settings.manual_compaction, chat.messages)
     job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),
                                       manual=forced)
-    report = await state.context.manage(job)
-    hint = manual.ignored(request.headers.get(manual.HEADER), state.settings.manual_compaction)
-    if hint:
-        report = replace(report, notes=hint)
+    report = manual.noted(await state.context.manage(job), request.headers.get(manual.HEADER),
+                          state.settings.manual_compaction)
     return await _forward(request, state, job, report)
 
 

@@ -8,9 +8,12 @@ nothing: the same body would only be refused again, so the refusal is relayed in
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 
 from proxy.apis import APIS
+from proxy.apis.calls import ApiUsageScanner
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
@@ -19,7 +22,6 @@ from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.answers import unusable_completion
 from proxy.upstream.client import current_key, forwarding_conversation_id
-from proxy.upstream.usage import UsageScanner
 
 API = APIS["chat"]
 
@@ -44,7 +46,8 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     out = forwarding_conversation_id(API.headers(request.headers, job.principal.upstream_key),
                                      request.headers, state.settings.forward_conversation_id)
     leg = Leg(state.upstream, API.path, out, API.name, check=unusable_completion,
-              usage=API.usage, scanner=UsageScanner, stream_end=API.stream_end)
+              usage=API.usage, scanner=functools.partial(ApiUsageScanner, API),
+              stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)
 
 

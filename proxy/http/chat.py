@@ -17,6 +17,7 @@ from proxy.apis.calls import ApiUsageScanner
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
+from proxy.http.apis import caller
 from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
@@ -28,7 +29,7 @@ API = APIS["chat"]
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    principal = await state.auth.authenticate(request)
+    principal = await caller(state, request, API)
     current_key.set(principal.upstream_key)
     chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     forced = manual.requested(request.headers.get(manual.HEADER),
@@ -45,7 +46,7 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
     out = forwarding_conversation_id(API.headers(request.headers, job.principal.upstream_key),
                                      request.headers, state.settings.forward_conversation_id)
-    leg = Leg(state.upstream, API.path, out, API.name, check=unusable_completion,
+    leg = Leg(state.upstream_of(API), API.path, out, API.name, check=unusable_completion,
               usage=API.usage, scanner=functools.partial(ApiUsageScanner, API),
               stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from proxy import console
+from proxy.apis import ADAPTED
 from proxy.auth import DEFAULT_ORG, Authenticator
 from proxy.context.checked import CheckedLists
 from proxy.context.managed import ContextService
@@ -30,7 +31,7 @@ from proxy.metrics import Metrics
 from proxy.policy.live import PolicyService
 from proxy.policy.watch import watch
 from proxy.settings import Settings
-from proxy.state import SETTINGS, STATE, ProxyState
+from proxy.state import SETTINGS, STATE, ProxyState, upstream_for
 from proxy.store import Store, StoreUnavailable, is_database_url, leases
 from proxy.upstream.client import Upstream, fetch_models
 
@@ -59,7 +60,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         counter=TokenCounter(), records=records, metrics=metrics, policies=policies,
         windows=WindowResolver(lambda: fetch_models(upstream), shared=LearnedWindows(store)),
         summarizers=upstream_summarizers(upstream, lambda: policies.platform.send_org_header),
-        api_summarizers=api_summarizers({"messages": anthropic, "responses": upstream}))
+        api_summarizers=api_summarizers({api.name: upstream_for(api, upstream, anthropic)
+                                         for api in ADAPTED}))
     app[STATE] = ProxyState(settings, store, auth, upstream, metrics, policies, context,
                             CheckedLists(), anthropic)
     background = [asyncio.create_task(_purge_spills(store, context.records)),

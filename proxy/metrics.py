@@ -152,7 +152,7 @@ class Metrics:
         self._operations(r)
         # Children bound once: ``labels()`` costs microseconds a call, several per request.
         self._overhead_children: dict[str, Any] = {}
-        self.upstream_chat = self.upstream_duration.labels("chat")
+        self._upstream_children: dict[str, Any] = {}
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._usage_children: dict[str, tuple[Any, ...]] = {}
@@ -289,6 +289,14 @@ class Metrics:
         child = self._overhead_children.get(route)
         if child is None:
             child = self._overhead_children[route] = self.overhead.labels(route)
+        return child.observe
+
+    def upstream_for(self, route: str) -> Callable[[float], None]:
+        """``observe`` of the upstream-duration histogram's child of ``route`` (a route name:
+        few): one managed call's upstream leg, from sending it to the end of its answer."""
+        child = self._upstream_children.get(route)
+        if child is None:
+            child = self._upstream_children[route] = self.upstream_duration.labels(route)
         return child.observe
 
     def upstream_answered(self, route: str, status: int, seconds: float) -> None:

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from inproc import settings_for, started
 
-from proxy.auth import Authenticator
+from proxy.apis import APIS
+from proxy.auth import Authenticator, Principal
 from proxy.context.checked import CheckedLists
 from proxy.context.managed import ContextService
 from proxy.metrics import Metrics
 from proxy.policy.live import PolicyService
-from proxy.state import SETTINGS, STATE, ProxyState
+from proxy.state import SETTINGS, STATE, ProxyState, upstream_for
 from proxy.store import Store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.upstream.client import Upstream
@@ -41,3 +43,23 @@ async def test_every_resource_is_in_the_state_of_its_type(tmp_path: Path) -> Non
                 state.store = state.store  # type: ignore[misc]
     finally:
         await fake.stop()
+
+
+@pytest.mark.parametrize("mode", ["proxy_keys", "passthrough"])
+def test_each_apis_upstream_and_key_are_chosen_in_one_place(mode: str) -> None:
+    """Every route (managed, relayed as it came, passed through, summaries) asks the state:
+    an Anthropic API goes to the Anthropic-compatible upstream and, under proxy keys, carries
+    the platform's Anthropic key; every other API the OpenAI-compatible one, the caller's key."""
+    openai_up, anthropic_up = object(), object()
+    state = ProxyState(
+        settings=SimpleNamespace(anthropic_api_key="sk-ant"),  # type: ignore[arg-type]
+        store=None, auth=SimpleNamespace(mode=mode), upstream=openai_up,  # type: ignore[arg-type]
+        metrics=None, policies=None, context=None, checked=None,  # type: ignore[arg-type]
+        anthropic=anthropic_up)  # type: ignore[arg-type]
+    who = Principal("acme", None, "key_1", "sk-caller")
+    assert {name: state.upstream_of(api) for name, api in APIS.items()} == {
+        "chat": openai_up, "responses": openai_up, "messages": anthropic_up}
+    assert upstream_for(APIS["messages"], state.upstream, state.anthropic) is anthropic_up
+    keys = {name: state.upstream_key(api, who) for name, api in APIS.items()}
+    assert keys == {"chat": "sk-caller", "responses": "sk-caller",
+                    "messages": "sk-ant" if mode == "proxy_keys" else "sk-caller"}

@@ -18,11 +18,14 @@ from proxy.upstream.usage import UpstreamUsage
 
 
 class ApiUsageScanner:
-    """The usage of a streamed answer of ``api``, from its data lines (``EventCheck`` feeds
-    ``line``): the largest prompt reported wins (Anthropic's ``message_start`` and
-    ``message_delta``, the Responses API's ``response.completed``), its cache figures with it;
-    the output tokens are the largest reported (Anthropic's last ``message_delta``), and so
-    are the reasoning items the provider dropped (``message_start``, ``response.completed``)."""
+    """The usage of a streamed answer of ``api``, any managed API's (chat completions included),
+    from its data lines (``EventCheck`` feeds ``line``; ``marker``: what a line must hold to be
+    read, ``api.usage_marker``), each read by ``api.usage``: the largest prompt reported wins
+    (Anthropic's ``message_start`` and ``message_delta``, the Responses API's
+    ``response.completed``, a chat chunk's ``usage``), its cache figures with it, never mixed
+    with another line's; the output tokens are the largest reported (Anthropic's last
+    ``message_delta``), and so are the reasoning items the provider dropped (``message_start``,
+    ``response.completed``)."""
 
     def __init__(self, api: Api) -> None:
         self.parse = api.usage

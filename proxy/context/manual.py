@@ -5,8 +5,10 @@ eligibility floor, shared by ``POST /v1/conversations/{id}/compact`` and the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from proxy.context.report import ContextReport
 from proxy.errors import ApiError, bad_request
 
 HEADER = "X-Context-Compact"
@@ -50,3 +52,11 @@ def ignored(header: str | None, enabled: bool) -> dict[str, str]:
     if enabled or (header or "").strip().lower() != "now":
         return {}
     return {IGNORED: "manual compaction is disabled on this deployment"}
+
+
+def noted(report: ContextReport, header: str | None, enabled: bool) -> ContextReport:
+    """``report`` with the ``ignored`` note (``header``: the request's ``X-Context-Compact``)
+    merged into its other notes, which stay; ``report`` itself when there is none. Every
+    managed route notes the hint this way."""
+    hint = ignored(header, enabled)
+    return replace(report, notes={**report.notes, **hint}) if hint else report

@@ -9,6 +9,7 @@ A request whose history the upstream keeps (``Api.keeps_history``: a Responses r
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,29 +38,25 @@ from proxy.http.forward import (
 from proxy.http.inband import trigger
 from proxy.http.parse import parse_json_object, read_body
 from proxy.state import STATE, ProxyState
-from proxy.upstream.client import Upstream, current_key, forwarding_conversation_id
+from proxy.upstream.client import current_key, forwarding_conversation_id
 from proxy.upstream.relay import PROXY_MADE, Check, answer_whole, error_response, is_event_stream
 
 HISTORY = "X-Context-History"
 
 
-async def _principal(state: ProxyState, request: web.Request, api: Api) -> Principal:
-    """The caller; with proxy keys, an Anthropic request carries the platform's Anthropic key."""
+async def caller(state: ProxyState, request: web.Request, api: Api) -> Principal:
+    """The authenticated caller of ``api``, with the key its calls carry upstream
+    (``ProxyState.upstream_key``). Raises the authenticator's 401."""
     principal = await state.auth.authenticate(request)
-    if api.anthropic and state.auth.mode == "proxy_keys":
-        principal = replace(principal, upstream_key=state.settings.anthropic_api_key)
-    return principal
-
-
-def _upstream(state: ProxyState, api: Api) -> Upstream:
-    return state.anthropic if api.anthropic else state.upstream
+    key = state.upstream_key(api, principal)
+    return principal if key == principal.upstream_key else replace(principal, upstream_key=key)
 
 
 async def managed(request: web.Request, api: Api) -> web.StreamResponse:
     """The handler of every API read through an adapter: authenticate, read, check, then
     relay unmanaged (a history the upstream keeps) or manage and forward."""
     state = request.app[STATE]
-    principal = await _principal(state, request, api)
+    principal = await caller(state, request, api)
     current_key.set(principal.upstream_key)
     raw = await read_body(request, state.settings.max_body_bytes)
     body = parse_json_object(raw)
@@ -99,10 +96,8 @@ async def manage(state: ProxyState, api: Api, principal: Principal, headers: Map
     forced = manual.requested(headers.get(manual.HEADER), enabled, chat.messages)
     job = await state.context.prepare(principal, chat, headers.get("X-Conversation-Id"),
                                       manual=forced)
-    report = trigger.unmasked(api, body, await state.context.manage(job))
-    hint = manual.ignored(headers.get(manual.HEADER), enabled)
-    if hint:
-        report = replace(report, notes={**report.notes, **hint})
+    report = manual.noted(trigger.unmasked(api, body, await state.context.manage(job)),
+                          headers.get(manual.HEADER), enabled)
     return job, report
 
 
@@ -111,7 +106,7 @@ def leg_for(state: ProxyState, api: Api, headers: Mapping[str, str], job: Job, q
     """The API's upstream leg for ``job``, with the client's ``headers`` as the API wants them."""
     out = forwarding_conversation_id(api.headers(headers, job.principal.upstream_key), headers,
                                      state.settings.forward_conversation_id)
-    return Leg(_upstream(state, api), api.path, out,
+    return Leg(state.upstream_of(api), api.path, out,
                api.name, check=_answer_check(api), usage=api.usage,
                scanner=functools.partial(calls.ApiUsageScanner, api), query=query,
                shape=api.shape, error_event=api.stream_error, stream_end=api.stream_end)
@@ -138,14 +133,17 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
                       headers: Mapping[str, str], raw: bytes, query: str = ""
                       ) -> web.StreamResponse:
     """A request whose history the upstream keeps: sent as it came, nothing to manage; a good
-    answer goes to ``sink``, an error answer is returned unsent."""
-    upstream = _upstream(state, api)
+    answer goes to ``sink``, an error answer is returned unsent. The upstream leg is booked in
+    ``context_proxy_upstream_duration_seconds`` like a managed one (``forward``)."""
+    upstream = state.upstream_of(api)
     out_headers = forwarding_conversation_id(api.headers(headers, principal.upstream_key),
                                              headers, state.settings.forward_conversation_id)
     note = {HISTORY: "upstream", "X-Context-Compaction": "none"}
+    sent = time.perf_counter()
     try:
         resp = await send_timed(upstream, api.path, out_headers, raw, query, api.name)
     except ApiError as e:
+        state.metrics.upstream_for(api.name)(time.perf_counter() - sent)
         return e.response(headers=_stamped(state, api, note))
     try:
         if resp.status == 200 and is_event_stream(resp):
@@ -161,6 +159,7 @@ async def relay_as_is(sink: Sink, state: ProxyState, api: Api, principal: Princi
         return api.shape(answer) if answer.get(PROXY_MADE) else answer
     finally:
         resp.release()
+        state.metrics.upstream_for(api.name)(time.perf_counter() - sent)
 
 
 def _stamped(state: ProxyState, api: Api, note: dict[str, str]) -> dict[str, str]:

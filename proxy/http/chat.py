@@ -8,37 +8,36 @@ nothing: the same body would only be refused again, so the refusal is relayed in
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
 
 from aiohttp import web
 
 from proxy.apis import APIS
+from proxy.apis.calls import ApiUsageScanner
 from proxy.context import manual
 from proxy.context.job import Job
 from proxy.context.report import ContextReport
+from proxy.http.apis import caller
 from proxy.http.forward import Leg, forward, not_allowed
 from proxy.http.parse import read_chat
 from proxy.state import STATE, ProxyState
 from proxy.upstream.answers import unusable_completion
 from proxy.upstream.client import current_key, forwarding_conversation_id
-from proxy.upstream.usage import UsageScanner
 
 API = APIS["chat"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    principal = await state.auth.authenticate(request)
+    principal = await caller(state, request, API)
     current_key.set(principal.upstream_key)
     chat = await read_chat(request, state.settings.max_body_bytes, state.checked)
     forced = manual.requested(request.headers.get(manual.HEADER),
                               state.settings.manual_compaction, chat.messages)
     job = await state.context.prepare(principal, chat, request.headers.get("X-Conversation-Id"),
                                       manual=forced)
-    report = await state.context.manage(job)
-    hint = manual.ignored(request.headers.get(manual.HEADER), state.settings.manual_compaction)
-    if hint:
-        report = replace(report, notes=hint)
+    report = manual.noted(await state.context.manage(job), request.headers.get(manual.HEADER),
+                          state.settings.manual_compaction)
     return await _forward(request, state, job, report)
 
 
@@ -47,9 +46,9 @@ async def _forward(request: web.Request, state: ProxyState, job: Job, report: Co
     """Send upstream and relay (``forward``): a whole 200 must be a chat completion."""
     out = forwarding_conversation_id(API.headers(request.headers, job.principal.upstream_key),
                                      request.headers, state.settings.forward_conversation_id)
-    leg = Leg(state.upstream, API.path, out, API.name, check=unusable_completion,
-              usage=API.usage, scanner=UsageScanner,
-              observe=state.metrics.upstream_chat.observe, stream_end=API.stream_end)
+    leg = Leg(state.upstream_of(API), API.path, out, API.name, check=unusable_completion,
+              usage=API.usage, scanner=functools.partial(ApiUsageScanner, API),
+              stream_end=API.stream_end)
     return await forward(request, state, job, report, leg)
 
 

@@ -92,8 +92,8 @@ class Leg:
     """One API's upstream leg. ``shape`` puts the proxy's own error answers in the API's shape;
     ``check`` refuses a whole 200 that is not that API's answer; ``usage`` reads the
     ``UpstreamUsage`` off a whole answer, ``scanner`` off a stream; ``error_event`` ends a broken
-    stream (OpenAI's when ``None``), ``stream_end`` marks the events that end a whole one;
-    ``observe`` times the upstream leg, when given."""
+    stream (OpenAI's when ``None``), ``stream_end`` marks the events that end a whole one.
+    ``route`` labels the leg's metrics (``context_proxy_upstream_duration_seconds``)."""
 
     upstream: Upstream
     path: str
@@ -105,7 +105,6 @@ class Leg:
     query: str = ""
     shape: Callable[[web.Response], web.Response] = _same
     error_event: bytes | None = None
-    observe: Callable[[float], None] | None = None
     stream_end: tuple[bytes, ...] = ()
 
 
@@ -122,7 +121,7 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
     try:
         resp = await _open(leg, body)
     except ApiError as e:
-        _observe(leg, sent)
+        state.metrics.upstream_for(leg.route)(time.perf_counter() - sent)
         return leg.shape(e.response(headers=_stamped(state, leg, report.headers())))
     try:
         if not 200 <= resp.status < 300:
@@ -145,7 +144,7 @@ async def forward(request: web.Request, state: ProxyState, job: Job, report: Con
         return await _relay(sink or HttpSink(request), state, job, resp, report, leg)
     finally:
         resp.release()
-        _observe(leg, sent)
+        state.metrics.upstream_for(leg.route)(time.perf_counter() - sent)
 
 
 def own_time(state: ProxyState, route: str) -> str:
@@ -183,11 +182,6 @@ async def read_timed(resp: aiohttp.ClientResponse) -> bytes:
         return await read_body(resp)
     finally:
         overhead.waited(started)
-
-
-def _observe(leg: Leg, sent: float) -> None:
-    if leg.observe is not None:
-        leg.observe(time.perf_counter() - sent)
 
 
 async def _relay(sink: Sink, state: ProxyState, job: Job, resp: aiohttp.ClientResponse,

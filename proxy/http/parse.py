@@ -2,9 +2,10 @@
 
 For a chat completion, one walk over ``messages`` checks each message's shape and feeds the
 ordering check (``proxy.context.stages.ordering``), so a request is read and judged once. Only
-what the proxy must understand is checked (``model``, ``messages`` and each message's
-role/content/tool fields); every other field is the upstream's business and passes untouched.
-Every refusal is a 400 ``ApiError`` naming the field (413 for a body over the limit).
+what the proxy must understand is checked (what every managed API's body must have,
+``proxy.apis.api.check_common``, then ``messages`` and each message's role/content/tool
+fields); every other field is the upstream's business and passes untouched. Every refusal is a
+400 ``ApiError`` naming the field (413 for a body over the limit).
 
 JSON is parsed with orjson: several times faster than the standard library on large bodies,
 and strict (invalid UTF-8, lone surrogates, NaN, numbers too large for a float and nesting
@@ -20,6 +21,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from proxy.apis.api import check_common
 from proxy.context.checked import CheckedLists, restart_point
 from proxy.context.job import ChatRequest
 from proxy.context.stages.ordering import OrderingCheck
@@ -67,11 +69,11 @@ async def read_chat(request: web.Request, limit: int, checked: CheckedLists | No
 
 def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = None
                ) -> ChatRequest:
-    """Check ``body`` (parsed from ``raw``): shape first, then the message ordering. With
-    ``checked``, leading messages shared with a list already checked are not checked again."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("'model' is required and must be a non-empty string.", param="model")
+    """Check ``body`` (parsed from ``raw``): what every managed API's body must have first
+    (``check_common``: the same refusals as on every route), then the messages' shape, then
+    their ordering. With ``checked``, leading messages shared with a list already checked are
+    not checked again."""
+    check_common(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise bad_request("'messages' is required and must be a list.", param="messages")
@@ -86,19 +88,14 @@ def check_chat(raw: bytes, body: dict[str, Any], checked: CheckedLists | None = 
     for i in range(start, len(messages)):
         msg = messages[i]
         step(i, _check_message(i, msg), msg)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise bad_request("'stream' must be a boolean.", param="stream")
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise bad_request("'tools' must be a list.", param="tools")
     problems = ordering.finish()
     if problems:
         raise bad_request(f"Invalid message sequence: {problems[0]}", param="messages",
                           code="invalid_message_sequence")
     if key is not None and checked is not None:
         checked.remember(messages, raw, key)
-    return ChatRequest(raw, body, messages, model, tools, stream is True, repeats, shared)
+    return ChatRequest(raw, body, messages, body["model"], body.get("tools"),
+                       body.get("stream") is True, repeats, shared)
 
 
 def _check_message(i: int, msg: Any) -> str:

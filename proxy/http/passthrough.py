@@ -24,10 +24,10 @@ async def relay_any(request: web.Request) -> web.StreamResponse:
     forward = state.settings.forward_conversation_id
     if request.match_info["tail"].startswith("messages/"):
         # Anthropic's other Messages paths (count_tokens, batches): its upstream, its key.
-        return await _relay_to(request, state.anthropic, forwarding_conversation_id(
-            APIS["messages"].headers(request.headers, state.settings.anthropic_api_key
-                                     if state.auth.mode == "proxy_keys"
-                                     else principal.upstream_key), request.headers, forward))
+        api = APIS["messages"]
+        return await _relay_to(request, state.upstream_of(api), forwarding_conversation_id(
+            api.headers(request.headers, state.upstream_key(api, principal)), request.headers,
+            forward))
     return await _relay_to(request, state.upstream, forwarding_conversation_id(
         request_headers(request.headers, principal.upstream_key), request.headers, forward))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.context import manual
+from proxy.context.report import ContextReport
 from proxy.errors import ApiError
 
 TURNS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
@@ -35,3 +36,12 @@ def test_the_hint_asks_only_with_now_and_only_where_it_is_on() -> None:
     assert manual.ignored("now", False) == {manual.IGNORED: "manual compaction is disabled on "
                                                              "this deployment"}
     assert manual.ignored("now", True) == {} and manual.ignored(None, False) == {}
+
+
+def test_the_ignored_hint_is_merged_into_the_reports_other_notes() -> None:
+    report = ContextReport("c", None, 1, 1, 1, 100, 0, "none", notes={"X-Other": "kept"})
+    noted = manual.noted(report, "now", False)
+    assert noted.notes == {"X-Other": "kept", manual.IGNORED: manual.ignored("now", False)[
+        manual.IGNORED]}
+    assert manual.noted(report, "now", True) is report
+    assert manual.noted(report, None, False) is report

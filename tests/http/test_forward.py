@@ -13,6 +13,7 @@ from aiohttp import web
 from inproc import routed
 
 from proxy.apis import APIS
+from proxy.apis.calls import ApiUsageScanner
 from proxy.context.accounting import overhead
 from proxy.http.chat import chat_completions
 from proxy.http.forward import Leg
@@ -23,7 +24,6 @@ from proxy.testing import agent
 from proxy.testing.fake_upstream import FakeUpstream, is_summary_request
 from proxy.testing.scrape import metric
 from proxy.upstream.answers import unusable_completion
-from proxy.upstream.usage import UsageScanner
 
 App = Callable[..., Awaitable[web.Application]]
 # The policy believes the model's window is large; the upstream refuses past 8k.
@@ -83,5 +83,5 @@ async def test_each_send_books_the_proxys_own_time(make_app: App) -> None:
     text = state.metrics.render().decode()
     assert metric(text, "context_proxy_overhead_seconds_count", route="chat") == 1
     leg = Leg(state.upstream, "/chat/completions", {}, "chat", check=unusable_completion,
-              usage=APIS["chat"].usage, scanner=UsageScanner)
+              usage=APIS["chat"].usage, scanner=lambda: ApiUsageScanner(APIS["chat"]))
     assert leg.shape is not None and leg.query == "" and leg.stream_end == ()

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from inproc import request
 
+from proxy.apis.api import check_common
 from proxy.errors import ApiError
 from proxy.http.parse import check_chat, parse_json_object, read_body, read_chat
 
@@ -81,3 +82,17 @@ async def test_reading_a_body_over_the_limit_is_a_413(
     assert (info.value.status, info.value.code) == (413, "request_too_large")
     got = await read_chat(request(app, "POST", "/v1/chat/completions", body=body), 10_000)
     assert got.messages[0]["content"] == "x" * 200 and got.raw == json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("common", [
+    {"model": ""}, {"model": 3}, {"model": "m", "stream": "yes"}, {"model": "m", "tools": {}}])
+def test_a_chat_body_is_refused_as_every_apis_body_is_first(common: dict[str, Any]) -> None:
+    """What every managed API's body must have (``check_common``) is checked first and refused
+    the same way on chat completions, even when its messages are wrong too."""
+    body = {**common, "messages": []}
+    with pytest.raises(ApiError) as common_error:
+        check_common(body)
+    with pytest.raises(ApiError) as chat_error:
+        check_chat(orjson.dumps(body), body)
+    assert (chat_error.value.status, chat_error.value.param, str(chat_error.value)) == \
+        (common_error.value.status, common_error.value.param, str(common_error.value))

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.apis import APIS
+from proxy.apis.calls import ApiUsageScanner
 from proxy.upstream.answers import (
     EventCheck,
     ends_stream,
@@ -19,7 +21,6 @@ from proxy.upstream.answers import (
     unusable_completion,
     unusable_error,
 )
-from proxy.upstream.usage import UsageScanner
 
 LINES = [b'data: {"choices":[{"delta":{"content":"hi"}}]}', b"", b": keep-alive",
          b"event: message", b"data: [DONE]", b"data: <html>", b'data: {"a": 1',
@@ -39,7 +40,7 @@ class Seen:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
-        self.usage = UsageScanner()
+        self.usage = ApiUsageScanner(APIS["chat"])
 
     def line(self, line: bytes) -> None:
         self.lines.append(line)
@@ -60,10 +61,10 @@ def test_a_block_is_judged_as_its_lines_are(lines: list[bytes], cuts: list[int])
     stream = b"".join(line + b"\n" for line in lines)
     cuts = [c for c in cuts if c < len(stream)]
     block, by_line = Seen(), Seen()
-    assert _run(EventCheck(on_line=block.line, only=UsageScanner.marker), stream, cuts) == \
-        _run(LineByLine(on_line=by_line.line, only=UsageScanner.marker), stream, cuts)
+    assert _run(EventCheck(on_line=block.line, only=APIS["chat"].usage_marker), stream, cuts) == \
+        _run(LineByLine(on_line=by_line.line, only=APIS["chat"].usage_marker), stream, cuts)
     assert block.lines == by_line.lines
-    assert all(UsageScanner.marker in line for line in block.lines)
+    assert all(APIS["chat"].usage_marker in line for line in block.lines)
     assert block.usage.usage == by_line.usage.usage
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.apis import APIS
+from proxy.apis.calls import ApiUsageScanner
 from proxy.testing.fake.faults import HUGE_CHARS
 from proxy.testing.fake_upstream import FakeUpstream, Fault
 from proxy.testing.harness import Harness
@@ -24,7 +26,6 @@ from proxy.upstream.answers import (
     unusable_completion,
     unusable_error,
 )
-from proxy.upstream.usage import UsageScanner
 
 Sdk = Callable[[Harness, str], openai.OpenAI]
 MSG = [{"role": "user", "content": "hello there"}]
@@ -271,7 +272,7 @@ GOOD = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
 
 def test_event_check_relays_good_streams_byte_for_byte_at_any_cut() -> None:
     for cut in range(1, len(GOOD)):
-        usage = UsageScanner()
+        usage = ApiUsageScanner(APIS["chat"])
         check = EventCheck(on_line=usage.line)
         out = check.feed(GOOD[:cut])
         assert (GOOD[:cut].startswith(out) and out.endswith(b"\n")) or out == b""

@@ -24,13 +24,13 @@ from typing import Any
 import openai
 
 from bench.session_matrix import (
-    FULL,
     POLICIES,
-    SPILL,
     Cell,
     Played,
-    _spill_text,
     _verbatim,
+    book,
+    cheaper,
+    finish,
     sound,
 )
 from proxy.policy.model import validate_layer
@@ -107,13 +107,7 @@ def play_bound(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> 
                 call = Call(int(rec.usage["input_tokens"]), int(details.get("cached_tokens", 0)),
                             summary=is_summary_request(chat),
                             written_tokens=int(details.get("cache_write_tokens", 0)))
-                out.calls.append(call)
-                if prompt <= cell.window:
-                    out.fits.append(call)
-                if call.summary:
-                    out.summary_turns.append(turn)
-                    if grown > FULL * cell.window:
-                        out.needed.add(turn)
+                if not book(out, call, turn, prompt, grown):
                     continue
                 out.reasoning_lost += rec.dropped
                 out.over += call.prompt_tokens > cell.window
@@ -121,13 +115,7 @@ def play_bound(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> 
                 if policy != "off" and not _verbatim(chat["messages"], messages, 5):
                     out.verbatim = False
             messages = [*messages, assistant, *results]
-        spilled = "".join(_spill_text(h.base_url, key, conversation, sid)
-                          for sid in sorted(set(SPILL.findall(last_sent))))
-        out.missing = [f"FACT-{cell.seed}-{t}" for t, _ in spec.facts
-                       if f"FACT-{cell.seed}-{t}" not in last_sent + spilled]
-        out.rewrites = sum(h.state.metrics.registry.get_sample_value(
-            "context_proxy_prefix_rewrites_total", {"stage": s}) or 0.0
-            for s in ("mask", "compact"))
+        finish(out, h, key, conversation, spec, last_sent)
         client.close()
     out.seconds = time.monotonic() - started
     return out
@@ -147,18 +135,6 @@ def bound_ratios(p: Played) -> dict[str, float]:
     return out
 
 
-def cheaper_bound(rs: dict[str, dict[str, float]]) -> list[str]:
-    """Where the default loses in this column: its session cost above 1.05x the cheaper of
-    masking off and ``in_steps: false``, or above 1.05x masking off over the fits turns."""
-    out = []
-    for w in WRITES:
-        if rs["default"][f"s{w}"] > 1.05 * min(rs["off"][f"s{w}"], rs["flat"][f"s{w}"]):
-            out.append(f"session@{w}")
-        if rs["default"][f"f{w}"] > 1.05 * rs["off"][f"f{w}"]:
-            out.append(f"fits@{w}")
-    return out
-
-
 def report_bound(results: Sequence[Played]) -> list[str]:
     """Print the reasoning-bound column; return the cells where the default fails it."""
     by: dict[Cell, dict[str, Played]] = {}
@@ -174,7 +150,7 @@ def report_bound(results: Sequence[Played]) -> list[str]:
     for cell in sorted(by, key=lambda c: (c.window, c.coding, c.outputs, c.large_prompt, c.seed)):
         row = by[cell]
         rs = {k: bound_ratios(v) for k, v in row.items()}
-        verdict = cheaper_bound(rs) if {"default", "off", "flat"} <= rs.keys() else []
+        verdict = cheaper(rs, WRITES, ()) if {"default", "off", "flat"} <= rs.keys() else []
         verdict += [v for v in sound(row["default"]) if v != "verbatim"] \
             if "default" in row else []
         if verdict:

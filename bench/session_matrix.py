@@ -205,30 +205,42 @@ def play(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> Played
                 call = Call(int(rec.usage["prompt_tokens"]), int(details.get("cached_tokens", 0)),
                             summary=is_summary_request(body),
                             written_tokens=int(details.get("cache_write_tokens", 0)))
-                out.calls.append(call)
-                if prompt <= cell.window:
-                    out.fits.append(call)
-                if call.summary:
-                    out.summary_turns.append(turn)
-                    if grown > FULL * cell.window:
-                        out.needed.add(turn)
-                else:
+                if not book(out, call, turn, prompt, grown):
                     out.over += call.prompt_tokens > cell.window
                     last_sent, sent_tokens = body["messages"], call.prompt_tokens
                     if policy != "off" and not _verbatim(last_sent, messages, 5):
                         out.verbatim = False
             messages = [*messages, assistant, *results]
-        text = json.dumps(last_sent)
-        spilled = "".join(_spill_text(h.base_url, key, conversation, sid)
-                          for sid in sorted(set(SPILL.findall(text))))
-        out.missing = [f"FACT-{cell.seed}-{t}" for t, _ in spec.facts
-                       if f"FACT-{cell.seed}-{t}" not in text + spilled]
-        out.rewrites = sum(h.state.metrics.registry.get_sample_value(
-            "context_proxy_prefix_rewrites_total", {"stage": s}) or 0.0
-            for s in ("mask", "compact"))
+        finish(out, h, key, conversation, spec, json.dumps(last_sent))
         client.close()
     out.seconds = time.monotonic() - started
     return out
+
+
+def book(out: Played, call: Call, turn: int, prompt: int, grown: int) -> bool:
+    """Count one upstream call of ``turn`` (``prompt``: the client's tokens; ``grown``: the
+    last request as sent, grown by the turn); whether it was the turn's main call."""
+    out.calls.append(call)
+    if prompt <= out.cell.window:
+        out.fits.append(call)
+    if call.summary:
+        out.summary_turns.append(turn)
+        if grown > FULL * out.cell.window:
+            out.needed.add(turn)
+    return not call.summary
+
+
+def finish(out: Played, h: Harness, key: str, conversation: str, spec: agent.AgentSpec,
+           last_sent: str) -> None:
+    """A played session's planted facts neither in its last upstream request (``last_sent``,
+    its JSON) nor in a spill that names, and its prefix rewrites."""
+    spilled = "".join(_spill_text(h.base_url, key, conversation, sid)
+                      for sid in sorted(set(SPILL.findall(last_sent))))
+    out.missing = [f"FACT-{out.cell.seed}-{t}" for t, _ in spec.facts
+                   if f"FACT-{out.cell.seed}-{t}" not in last_sent + spilled]
+    out.rewrites = sum(h.state.metrics.registry.get_sample_value(
+        "context_proxy_prefix_rewrites_total", {"stage": s}) or 0.0
+        for s in ("mask", "compact"))
 
 
 def ratios(p: Played) -> dict[str, float]:
@@ -288,17 +300,18 @@ def _row(p: Played) -> str:
             f"{len(p.missing):4} {p.over:4} {'y' if p.verbatim else 'N':>3} {p.errors:3}")
 
 
-def cheaper(rs: dict[str, dict[str, float]]) -> list[str]:
+def cheaper(rs: dict[str, dict[str, float]], writes: Sequence[float] = WRITES,
+            sessions: Sequence[str] = ("s.05",)) -> list[str]:
     """Acceptance 1 where the default loses: its session cost above 1.05x the cheaper of
-    masking off and ``in_steps: false``, or above 1.05x masking off over the fits turns."""
+    masking off and ``in_steps: false`` (at each of ``writes`` and in each other column of
+    ``sessions``), or above 1.05x masking off over the fits turns."""
     out = []
-    for w in WRITES:
-        if rs["default"][f"s{w}"] > 1.05 * min(rs["off"][f"s{w}"], rs["flat"][f"s{w}"]):
-            out.append(f"session@{w}")
+    for w in writes:
         if rs["default"][f"f{w}"] > 1.05 * rs["off"][f"f{w}"]:
             out.append(f"fits@{w}")
-    if rs["default"]["s.05"] > 1.05 * min(rs["off"]["s.05"], rs["flat"]["s.05"]):
-        out.append("session@read0.05")
+    for col in [*(f"s{w}" for w in writes), *sessions]:
+        if rs["default"][col] > 1.05 * min(rs["off"][col], rs["flat"][col]):
+            out.append(f"session@{col.removeprefix('s')}")
     return out
 
 

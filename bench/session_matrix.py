@@ -205,7 +205,7 @@ def play(cell: Cell, policy: str, extra: dict[str, Any] | None = None) -> Played
                 call = Call(int(rec.usage["prompt_tokens"]), int(details.get("cached_tokens", 0)),
                             summary=is_summary_request(body),
                             written_tokens=int(details.get("cache_write_tokens", 0)))
-                if not book(out, call, turn, prompt, grown):
+                if book(out, call, turn, prompt, grown):  # the turn's main call
                     out.over += call.prompt_tokens > cell.window
                     last_sent, sent_tokens = body["messages"], call.prompt_tokens
                     if policy != "off" and not _verbatim(last_sent, messages, 5):

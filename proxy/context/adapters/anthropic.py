@@ -38,6 +38,7 @@ SYSTEM = -1
 
 
 MARKED = {"image": "image", "document": "document"}
+THINKING = ("thinking", "redacted_thinking")  # the blocks a turn replays its reasoning in
 
 
 def _text(content: Any) -> str:
@@ -181,21 +182,16 @@ def read(body: dict[str, Any]) -> Adapted:
 
     return Adapted("messages", r.messages, function_tools(body.get("tools"), "input_schema",
                                                            typed=False), encode, prompt,
-                   raw_tools=body.get("tools"), body=body, reasoning=_reasons(body),
+                   raw_tools=body.get("tools"), body=body,
+                   reasoning=_asks_thinking(body) or bool(r.reasoned),
                    reasoned=frozenset(r.reasoned))
 
 
-THINKING = ("thinking", "redacted_thinking")
 
-
-def _reasons(body: dict[str, Any]) -> bool:
-    """Whether the request asks for thinking or replays a thinking block."""
+def _asks_thinking(body: dict[str, Any]) -> bool:
+    """Whether the request asks for thinking (the turns replaying it: ``_Reader.reasoned``)."""
     thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
-        return True
-    return any(isinstance(b, dict) and b.get("type") in THINKING
-               for m in body["messages"] if isinstance(m, dict)
-               and isinstance(m.get("content"), list) for b in m["content"])
+    return isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
 
 
 def _assemble(originals: list[Any], pieces: list[Any]) -> list[Any]:

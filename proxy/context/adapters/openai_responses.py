@@ -240,6 +240,5 @@ def read(body: dict[str, Any]) -> Adapted:
     return Adapted("responses", r.messages,
                    function_tools(body.get("tools"), "parameters", typed=True), encode, prompt,
                    raw_tools=body.get("tools"), body=body,
-                   reasoning=body.get("reasoning") is not None or any(
-                       isinstance(item, dict) and item.get("type") == "reasoning"
-                       for item in items), reasoned=frozenset(r.reasoned))
+                   reasoning=body.get("reasoning") is not None or bool(r.reasoned),
+                   reasoned=frozenset(r.reasoned))

@@ -29,6 +29,7 @@ from bench.session_matrix import (
     Played,
     _verbatim,
     book,
+    by_cell,
     cheaper,
     finish,
     sound,
@@ -137,9 +138,7 @@ def bound_ratios(p: Played) -> dict[str, float]:
 
 def report_bound(results: Sequence[Played]) -> list[str]:
     """Print the reasoning-bound column; return the cells where the default fails it."""
-    by: dict[Cell, dict[str, Played]] = {}
-    for p in results:
-        by.setdefault(p.cell, {})[p.policy] = p
+    by = by_cell(results)
     print(f"\nreasoning-bound column ({'gpt-5.6'}: reads {READ}, writes "
           f"{'/'.join(map(str, WRITES))}, a lost item redone at {REDO_TOKENS} output tokens x "
           f"{OUTPUT})")

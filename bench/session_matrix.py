@@ -326,12 +326,17 @@ def sound(p: Played) -> list[str]:
     return [name for name, failed in checks.items() if failed]
 
 
-def report(results: Sequence[Played]) -> list[str]:
-    """Print the table; return the cells where the default fails acceptance 1 or 3."""
+def by_cell(results: Sequence[Played]) -> dict[Cell, dict[str, Played]]:
+    """Cell -> policy -> its played session."""
     by: dict[Cell, dict[str, Played]] = {}
     for p in results:
-        if not p.bound:
-            by.setdefault(p.cell, {})[p.policy] = p
+        by.setdefault(p.cell, {})[p.policy] = p
+    return by
+
+
+def report(results: Sequence[Played]) -> list[str]:
+    """Print the table; return the cells where the default fails acceptance 1 or 3."""
+    by = by_cell([p for p in results if not p.bound])
     print(f"{'cell':<22} {'turns':>5} {'policy':<7} {'s1.0':>5} {'s1.25':>5} {'s.05':>5} "
           f"{'f1.0':>5} "
           f"{'f1.25':>5} {'cach':>5} {'rewr':>4} {'summ':>4} {'s.cch':>5} {'cons':>4} "

@@ -196,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "run time and printed")
     p.add_argument("--no-bound", action="store_true",
                    help="--matrix without its reasoning-bound column (bench/session_bound.py)")
+    p.add_argument("--one-price", action="store_true",
+                   help="--matrix: play the default once, its prices unknown to the proxy, "
+                        "instead of once per price column (quicker, for a first look)")
     args = p.parse_args(argv)
     try:
         policy = dict(_setting(item) for item in args.policy)
@@ -206,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import session_matrix
 
         return session_matrix.main(args.workers, args.only or (), policy, not args.no_bound,
-                                   args.seed)
+                                   args.seed, args.one_price)
     sessions = [s for s in SESSIONS if not args.only or s.name in args.only]
     if args.turns:
         sessions = [replace(s, turns=args.turns) for s in sessions]

@@ -326,7 +326,7 @@ KEEP_RECENT = 2
 """``masking.keep_recent`` of the sessions: with 2–4k-token outputs at a 16k–32k window, the
 default 5 newest outputs alone fill the trigger budget, so masking (rightly) waits and only
 compaction would ever run; 2 lets both stages show. These sessions also take the seed's
-masking steps (``masking.min_step_turns`` and ``compaction_turns`` 0): they check that both
+masking steps (``masking.priced: false``): they check that both
 stages work with each agent, not when a step pays for itself, which the session-cost matrix
 judges."""
 
@@ -341,8 +341,7 @@ def start(make_harness: Callable[..., Harness], tmp_path: Path, model: str, wind
     for folder in (workspace, home, policies):
         folder.mkdir()
     agent_model.write_workspace(workspace)
-    masking = (f"defaults: {{masking: {{keep_recent: {keep_recent}, min_step_turns: 0, "
-               f"compaction_turns: 0}}}}\n"
+    masking = (f"defaults: {{masking: {{keep_recent: {keep_recent}, priced: false}}}}\n"
                if keep_recent else "")
     (policies / "platform.yaml").write_text(
         f"models: {{{json.dumps(model)}: {{context_window: {window}}}}}\n{masking}")

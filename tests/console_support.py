@@ -31,7 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-default-apps", "--disable-extensions", "--mute-audio"]
 PLATFORM = f"""\
 models: {{{MODEL}: {{context_window: {WINDOW}}}}}
-defaults: {{masking: {{min_step_turns: 0, compaction_turns: 0}}}}
+defaults: {{masking: {{priced: false}}}}
 locks: [masking.in_steps]
 bounds: {{compaction.trigger_ratio: {{min: 0.5, max: 0.95}}}}
 orgs:

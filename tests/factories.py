@@ -174,10 +174,9 @@ async def compact_list(
 
 
 # The seed's masking steps (a step whenever it frees min_free_ratio of the window), for tests
-# about what masking does rather than when it pays for itself (masking.min_step_turns and
-# masking.compaction_turns).
-SEED_STEPS = {"masking.min_step_turns": 0, "masking.compaction_turns": 0}
-SEED_STEPS_YAML = "masking: {min_step_turns: 0, compaction_turns: 0}"
+# about what masking does rather than when it pays for itself (masking.priced).
+SEED_STEPS = {"masking.priced": False}
+SEED_STEPS_YAML = "masking: {priced: false}"
 
 
 def seed_steps_platform() -> PlatformConfig:

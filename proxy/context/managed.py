@@ -98,7 +98,8 @@ class ContextService:
                                          None if bulk else 0)
         return Job(principal, request, public, key, policy,
                    Scope(corrected, window, self.counter, request.model, request.tools,
-                         self.bindings.binds(request.adapted, request.model, policy)), ratio,
+                         self.bindings.binds(request.adapted, request.model, policy),
+                         self.ledger.step_prices(request.model, policy)), ratio,
                    self.records.latest(key), known, offload_for(new), offload_for(bulk),
                    force=manual, kind="manual" if manual else "auto", window_source=source)
 

@@ -40,8 +40,8 @@ class MaskingPolicy:
     exclude_tools: tuple[str, ...] = ()
     in_steps: bool = True
     min_free_ratio: float = 0.05
-    min_step_turns: float = 8.0  # a step must free this many turns of the session's growth
-    compaction_turns: float = 8.0  # and wait when compaction's trigger is this many turns away
+    priced: bool = True  # a step is taken when it pays at the model's prices (else: the seed's
+    # rule, a step whenever the trigger is crossed)
     clear_tool_inputs: bool = True  # arguments of old calls larger than min_input_tokens
     min_input_tokens: int = 1000
     spill_retention: float = 7.0  # days; YAML and the API also take "12h", "30m", "90s"
@@ -272,9 +272,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("masking.exclude_tools", _D.masking.exclude_tools, _str_list),
         FieldSpec("masking.in_steps", _D.masking.in_steps, _bool),
         FieldSpec("masking.min_free_ratio", _D.masking.min_free_ratio, _share, True),
-        FieldSpec("masking.min_step_turns", _D.masking.min_step_turns, _non_negative, True),
-        FieldSpec("masking.compaction_turns", _D.masking.compaction_turns, _non_negative,
-                  True),
+        FieldSpec("masking.priced", _D.masking.priced, _bool),
         FieldSpec("masking.clear_tool_inputs", _D.masking.clear_tool_inputs, _bool),
         FieldSpec("masking.min_input_tokens", _D.masking.min_input_tokens, _int_min(0), True),
         FieldSpec("masking.spill_retention", _D.masking.spill_retention, _retention, True),

@@ -23,7 +23,7 @@ from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = 50  # the demo session's first compaction comes at turn 30, its first masking step at 46
+TURNS = 50  # the demo session's first compaction comes at turn 28, its first masking step at 43
 
 
 def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
@@ -54,8 +54,8 @@ def test_demo_plays_the_shared_session_and_prints_its_table() -> None:
     assert int(steps[0][0]) > int(next(r for r in rows if r[5] == "auto")[0])  # as documented
     assert "Why both stages show: a turn adds ~" in text
     assert int(rows[-1][3].replace(",", "")) <= demo.WINDOW
-    assert (f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) still reaches the "
-            "upstream at the last turn: yes") in text
+    assert (f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) at the last turn: in the "
+            "request the upstream received") in text
     assert f"Dividers (GET /v1/conversations/{demo.CONVERSATION}/dividers):" in text
     assert "  div_" in text.split("Dividers (GET")[1]
     assert "Legend: client/upstream = prompt tokens" in text

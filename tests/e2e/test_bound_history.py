@@ -140,7 +140,7 @@ def test_masking_without_compaction_asks_the_provider_to_drop_not_refuse(
     provider drops is counted as lost reasoning."""
     fake = FakeUpstream(models={MODEL: WINDOW}, responder=read_next)
     env = synchronous_policies(tmp_path / "policies", "defaults: {compaction: {enabled: false},"
-                               " masking: {min_step_turns: 0, compaction_turns: 0}}\n")
+                               " masking: {priced: false}}\n")
     h = make_harness(fake=fake, env=env)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Read every file."}]
     masked = []

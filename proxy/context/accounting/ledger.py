@@ -20,6 +20,7 @@ from proxy.context.accounting.money import Baseline, Money, Prices
 from proxy.context.job import Job
 from proxy.context.records.compactions import Records
 from proxy.context.report import ContextReport
+from proxy.context.stages.scope import StepPrices
 from proxy.metrics import Metrics
 from proxy.policy.model import ModelPrices, Policy
 from proxy.upstream.model_map import model_map
@@ -64,6 +65,14 @@ class Ledger:
                     self._priced.clear()
                 self._priced[key] = found
         return found
+
+    def step_prices(self, model: str, policy: Policy) -> StepPrices:
+        """``model``'s cached and written token prices in its input prices, for masking's
+        decisions (``StepPrices``' defaults when its input price is unknown)."""
+        p = self.prices(model, policy)
+        if p.input <= 0:
+            return StepPrices()
+        return StepPrices(read=p.cached / p.input, write=p.written / p.input)
 
     def actual(self, job: Job, report: ContextReport, usage: UpstreamUsage) -> Money:
         """The money of a request whose upstream answer reported ``usage``."""

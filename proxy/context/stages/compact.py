@@ -137,13 +137,30 @@ class CompactionPoint:
         """Whether a list of ``n`` tokens would be over the trigger."""
         return n > trigger_tokens(self.scope) and n > self.trigger
 
+    @property
+    def tokens_at(self) -> float:
+        """The tokens over which the list would be compacted."""
+        return max(trigger_tokens(self.scope), self.trigger)
+
+    @cached_property
+    def fixed(self) -> int:
+        return fixed_tokens(self.messages, self.scope, self.tokens)
+
+    @property
+    def summary_max(self) -> int:
+        cp = self.scope.policy.compaction
+        return min(int(cp.summary_ratio * self.scope.compaction_window), cp.summary_max_tokens)
+
     @cached_property
     def trigger(self) -> int:
-        cp = self.scope.policy.compaction
-        w = self.scope.compaction_window
-        summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
-        return lasting_trigger(self.scope, fixed_tokens(self.messages, self.scope, self.tokens),
-                               summary_max)
+        return lasting_trigger(self.scope, self.fixed, self.summary_max)
+
+    @property
+    def tokens_after(self) -> int:
+        """About what a compaction leaves: the fixed part, the summary at its ``max_tokens``
+        and the keep window."""
+        keep = int(self.scope.policy.compaction.keep_ratio * self.scope.compaction_window)
+        return self.fixed + self.summary_max + SUMMARY_FRAME_TOKENS + keep
 
 
 def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:

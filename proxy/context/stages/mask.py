@@ -7,11 +7,13 @@ spill 3f9a…]``.
 
 In steps (``masking.in_steps``, the default): the masked set only grows, and only when the
 transcript *as it would be sent* (with the masking so far) crosses ``trigger_ratio`` × window;
-a step then clears every maskable result older than the newest ``keep_recent`` at once, unless
-it would free less than ``min_free_ratio`` × window or ``min_step_turns`` turns of growth, or
-when compaction's trigger is within ``compaction_turns`` turns (then it waits, and compaction
-does the work). Between two steps every earlier message is sent byte-identical, so a provider's
-prompt cache keeps serving the prefix.
+a step then clears every maskable result older than the newest ``keep_recent`` at once, if it
+frees at least ``min_free_ratio`` × window and pays for itself at the model's prices
+(``pays``: what it rewrites against what the smaller prefix saves until the next rewrite;
+``masking.priced: false`` skips that test). Between two steps every earlier message is sent
+byte-identical, so a provider's prompt cache keeps serving the prefix. Whatever the prices, a
+list over the window steps, and so does one that would pass compaction's trigger when
+compaction will not do the work.
 The state is never stored: it is replayed from the message list itself, at each earlier request
 point (the list before each assistant message is what the client sent for that answer), so
 every replica and a restarted proxy mask the same set. With ``in_steps`` false the boundary moves
@@ -40,6 +42,7 @@ from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
 from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger_tokens
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
+from proxy.context.stages.pricing import Step, pays
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
     as_dicts,
@@ -49,7 +52,7 @@ from proxy.context.stages.shared import (
     result_tool_name,
     tool_names_by_call_id,
 )
-from proxy.policy.model import MaskingPolicy, Policy
+from proxy.policy.model import Policy
 
 PLACEHOLDER_PREFIX = "[tool output cleared: "
 SHORT_ID = 16  # hex digits of the spill id a placeholder shows: 64 bits, unique in a conversation
@@ -191,47 +194,39 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
         if not mp.in_steps:  # the boundary moves with every request over the trigger
             boundary = target if prefix[p] + overhead > trigger else 0
         elif sent > trigger and target > boundary:
-            growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
             freed = saved[target] - saved[boundary]
-            forced = _forced(scope, sent, growth, compaction_at) and \
-                freed >= mp.min_free_ratio * window
-            if forced or (freed >= _step_floor(mp, window, growth)
-                          and not _compaction_near(scope, sent, growth, compaction_at)):
+            if freed < mp.min_free_ratio * window or not freed:
+                continue
+            growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+            step = Step(sent, freed, _rewritten(results, boundary, target, prefix,
+                                                points[n - 1] if n else 0, freed), growth)
+            # On a model that binds reasoning to its history a step would also cost the
+            # reasoning after it, and compaction's one change costs it anyway: it waits
+            # whenever compaction will do the work.
+            waits = scope.bound and compaction_at is not None
+            if _forced(scope, step, compaction_at) or (not waits and (
+                    not mp.priced or pays(scope, step, compaction_at))):
                 boundary = target
     return previous, boundary
 
 
-def _forced(scope: Scope, sent: int, growth: float,
-            compaction_at: CompactionPoint | None) -> bool:
+def _rewritten(results: Sequence[_Result], boundary: int, target: int, prefix: Sequence[int],
+               last: int, freed: int) -> int:
+    """Tokens of the previous request (messages before ``last``) after the step's first
+    change, without the ones it frees."""
+    first = min((r.site.index if r.site else r.index) for r in results[boundary:target]
+                if r.frees)
+    return max(0, prefix[last] - prefix[min(first, last)] - freed)
+
+
+def _forced(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> bool:
     """Never over the window while a stage could prevent it: with compaction off (or its last
     summary unable to get under the trigger) a step is taken once the list as sent, grown by a
-    turn, would pass compaction's trigger, however few turns of growth it frees."""
-    return compaction_at is None and sent + growth > compaction_trigger_tokens(scope)
-
-
-def _step_floor(mp: MaskingPolicy, window: int, growth: float) -> float:
-    """What a step must free: ``min_free_ratio`` × window, and ``min_step_turns`` turns of the
-    session's ``growth`` (its tokens per request point since the first, from the list itself,
-    so every replica agrees). A step rewrites the cached prefix after its first change; room
-    that lasts only a turn or two costs more than it saves, so masking waits and compaction
-    does the work (the figures: docs/configuration.md)."""
-    return max(mp.min_free_ratio * window, mp.min_step_turns * growth)
-
-
-def _compaction_near(scope: Scope, sent: int, growth: float,
-                     compaction_at: CompactionPoint | None) -> bool:
-    """Whether a step waits for compaction: the list as sent (``sent`` tokens) would reach
-    compaction's trigger (``compaction_at``; ``None``: compaction will not do the work) within
-    ``compaction_turns`` turns of ``growth``. Compaction, which clears more than a step, comes
-    soon anyway, and a step before it would rewrite the cached prefix for a few turns; its
-    summary would also have to be sent the masked originals uncached. A list over the window
-    steps regardless (compaction failed to bring it down). On a model that binds reasoning to
-    its history (``Scope.bound``) a step waits whenever compaction will do the work: a step
-    would cost the reasoning after it, and compaction's one change costs it anyway."""
-    mp, window = scope.policy.masking, scope.window or 0
-    if compaction_at is None or sent > window:
-        return False
-    return scope.bound or compaction_at.exceeded(sent + mp.compaction_turns * growth)
+    turn, would pass compaction's trigger, whatever the price rule says; and a list over the
+    window steps whatever comes."""
+    if step.sent > (scope.window or 0):  # compaction failed to bring it down: step regardless
+        return True
+    return compaction_at is None and step.sent + step.growth > compaction_trigger_tokens(scope)
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,

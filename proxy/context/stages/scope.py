@@ -12,13 +12,24 @@ from proxy.context.tokens.formula import REPLY_PRIMING
 from proxy.policy.model import Policy
 
 
+@dataclass(frozen=True)
+class StepPrices:
+    """What a masking step weighs (``proxy.context.stages.mask.pays``), in input prices: a cached
+    token (``read``) and a token written to the cache (``write``: 1.0 where the provider bills
+    no writes). Unknown prices: reads at 0.1 and writes at 1.25 (the dearer guess)."""
+
+    read: float = 0.1
+    write: float = 1.25
+
+
 @dataclass(frozen=True, eq=False)
 class Scope:
     """The policy in force, the model's window (``None``: unknown), the token counter, the
     request's model and its ``tools`` schemas (``None``: none). ``bound``: the model binds
     the reasoning the request replays to its prefix (``proxy.context.binding``), so every
     change the stages make to what was sent before costs that reasoning: masking leaves its
-    steps to compaction, and a compaction leaves nothing made before it after its summary."""
+    steps to compaction, and a compaction leaves nothing made before it after its summary.
+    ``prices``: the model's, for masking's decisions."""
 
     policy: Policy
     window: int | None
@@ -26,6 +37,7 @@ class Scope:
     model: str
     tools: Sequence[Any] | None = None
     bound: bool = False
+    prices: StepPrices = StepPrices()
 
     @property
     def compaction_window(self) -> int:

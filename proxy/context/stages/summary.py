@@ -212,19 +212,6 @@ def summary_prompts(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
     return budget, transcript_prompts(budget, render_transcript(messages))
 
 
-def masked_originals(masked: Sequence[Mapping[str, Any]],
-                     originals: Sequence[Mapping[str, Any]],
-                     summarize: Sequence[int]) -> list[Mapping[str, Any]]:
-    """The original tool results among ``summarize`` that masking replaced in ``masked``."""
-    return [originals[i] for i in summarize
-            if masked[i] is not originals[i] and is_result(originals[i])]
-
-
-def restored_text(results: Sequence[Mapping[str, Any]]) -> str:
-    """The original outputs, each under its call id, as one text."""
-    return "\n\n".join(f"[{m.get('tool_call_id') or '?'}]\n{message_text(m)}" for m in results)
-
-
 def prefix_prompt(masked: Sequence[Mapping[str, Any]], cut: int, restored: str,
                   counter: TokenCounter, model: str, tools: Sequence[Any] | None,
                   window: int) -> tuple[Prompt, int]:
@@ -233,8 +220,8 @@ def prefix_prompt(masked: Sequence[Mapping[str, Any]], cut: int, restored: str,
     of the list as it is sent (``masked[:cut]``, a prefix of what the conversation's last
     request sent, so the cache serves it; the messages after the cut stay verbatim and need no
     summary, and this turn's new ones would only be paid uncached), then ``restored`` (what the
-    cached part lacks: the original text of masked outputs in the covered range, or notes on
-    them), then the instruction."""
+    cached part lacks: the original text of masked outputs in the covered range, as far as
+    the budget reads them), then the instruction."""
     prompt = [m if isinstance(m, dict) else dict(m) for m in masked[:cut]]
     if restored:
         prompt.append({"role": "user", "content": RESTORED_INTRO + "\n\n" + restored})

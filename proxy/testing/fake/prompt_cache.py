@@ -51,6 +51,11 @@ class PromptCache:
         return shared // self.step * self.step if shared >= self.min_tokens else 0
 
 
+    def expire(self) -> None:
+        """Forget every cached prompt: the conversation was idle longer than the provider keeps
+        its cache (minutes on OpenAI and Anthropic's default cache)."""
+        self._seen.clear()
+
     def written(self, prompt_tokens: int, cached: int) -> int:
         """OpenAI's ``cache_write_tokens`` (its newest models): the tokens of a prompt beyond
         its ``cached`` prefix that the cache now stores, under the same rules (nothing under

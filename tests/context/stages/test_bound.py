@@ -21,7 +21,7 @@ COUNTER = TokenCounter()
 
 
 # The seed's steps: a step whenever it frees enough, however near compaction is.
-STEPS = Policy(masking=MaskingPolicy(min_step_turns=0, compaction_turns=0))
+STEPS = Policy(masking=MaskingPolicy(priced=False))
 
 
 def scope(bound: bool, policy: Policy = STEPS) -> Scope:

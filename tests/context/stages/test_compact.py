@@ -28,6 +28,7 @@ from factories import (
 from proxy.context.stages.compact import apply_summary, plan_compaction
 from proxy.context.stages.ordering import ordering_problems
 from proxy.context.stages.plan import plan as plan_request
+from proxy.context.stages.reading import UNREAD_HEADING
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import SUMMARY_OPEN, is_summary
 from proxy.context.stages.summary import SUMMARY_SECTIONS, SummaryFailed
@@ -118,7 +119,10 @@ async def test_prompt_asks_for_every_section() -> None:
     assert all(s in fake.calls[0][0][0]["content"] for s in SUMMARY_SECTIONS)
 
 
-async def test_masked_line_reaches_the_summarizer() -> None:
+async def test_a_masked_output_over_the_reading_budget_is_listed_by_its_spill() -> None:
+    """An old 4k-token output masked away: the summary reads the newest originals within its
+    budget (``proxy.context.stages.reading``), and this one's placeholder, spill id and all,
+    is listed after the summary, so its line stays readable from the spill."""
     counter = TokenCounter()
     msgs = conversation(turns=30, size=300)
     msgs += conversation(turns=10, size=1_000)[3:]
@@ -130,7 +134,9 @@ async def test_masked_line_reaches_the_summarizer() -> None:
     assert rewrite.compaction is not None and 4 in rewrite.compaction.summarize
     res, fake = await run(rewrite.mask.messages, 8_500, originals=msgs,
                           plan=rewrite.compaction, counter=counter)
-    assert res.status == "compacted" and needle in fake.inputs
+    assert res.status == "compacted" and needle not in fake.inputs
+    listed = res.summary.split(UNREAD_HEADING)[1]
+    assert rewrite.mask.messages[4]["content"] in listed
 
 
 async def test_rolling_summary_is_input_to_the_next_compaction() -> None:

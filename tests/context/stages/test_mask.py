@@ -43,7 +43,7 @@ def results(msgs: list[dict[str, Any]]) -> list[int]:
 
 # The steps of the SPEC's worked examples: these tests are about what a step clears and how, not
 # when it pays for itself (masking.min_step_turns, test_mask_steps.py and bench/session_matrix.py).
-SEED_STEPS = replace(Policy(), masking=MaskingPolicy(min_step_turns=0))
+SEED_STEPS = replace(Policy(), masking=MaskingPolicy(priced=False))
 MOVING = replace(Policy(), masking=MaskingPolicy(in_steps=False))  # the boundary moves each turn
 
 
@@ -105,7 +105,7 @@ def test_trigger_and_switches() -> None:
     assert not mask_tool_outputs(msgs, Scope(SEED_STEPS, below, counter, MODEL)).triggered
     assert mask_tool_outputs(msgs, Scope(SEED_STEPS, below - 30, counter, MODEL)).triggered
     assert not mask_tool_outputs(msgs, Scope(SEED_STEPS, None, counter, MODEL)).triggered
-    off = Policy(masking=MaskingPolicy(min_step_turns=0, enabled=False))
+    off = Policy(masking=MaskingPolicy(priced=False, enabled=False))
     res = mask_tool_outputs(msgs, Scope(off, WINDOW, counter, MODEL))
     assert not res.triggered and res.messages == msgs and not res.masked
 
@@ -128,13 +128,13 @@ def test_worked_example_trigger_on_200k_window() -> None:
     # In steps, a step that frees less than min_free_ratio x window (here 6,000 < 10,000) waits.
     waiting = mask_tool_outputs(padded(110_001), Scope(SEED_STEPS, 200_000, counter, MODEL))
     assert waiting.masked == []
-    eager = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, min_free_ratio=0.0))
+    eager = replace(Policy(), masking=MaskingPolicy(priced=False, min_free_ratio=0.0))
     assert len(mask_tool_outputs(padded(110_001),
                                  Scope(eager, 200_000, counter, MODEL)).masked) == 3
 
 
 def test_excluded_pinned_and_protected_are_never_masked() -> None:
-    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=1,
+    policy = replace(Policy(), masking=MaskingPolicy(priced=False, keep_recent=1,
                                                      exclude_tools=("search",)))
     policy = replace(policy, compaction=replace(policy.compaction, protected=(
         ProtectedRule(marker="<memory>"), ProtectedRule(name="notes"),
@@ -168,7 +168,7 @@ def test_short_outputs_and_placeholders_stay() -> None:
     msgs += tool_turn("ls", "a.py b.py")
     msgs += tool_turn("cat", placeholder("cat", 9_999, "ab" * 32))
     msgs += tool_turn("cat", "")
-    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=0))
+    policy = replace(Policy(), masking=MaskingPolicy(priced=False, keep_recent=0))
     res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.triggered and res.masked == [] and res.messages == msgs
 
@@ -177,7 +177,7 @@ def test_content_parts_are_masked_and_spilled_whole() -> None:
     parts = [{"type": "text", "text": words(600)}, {"type": "text", "text": words(600, 3)}]
     msgs = [system(), user(), *tool_turn("browse", "x"), *tool_turn("ls", "y")]
     msgs[3]["content"] = parts
-    policy = replace(Policy(), masking=MaskingPolicy(min_step_turns=0, keep_recent=1))
+    policy = replace(Policy(), masking=MaskingPolicy(priced=False, keep_recent=1))
     res = mask_tool_outputs(msgs, Scope(policy, 1_000, TokenCounter(), MODEL))
     assert res.masked[0].content == parts
     canonical = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -32,16 +32,15 @@ def session(sizes: list[int], fixed: int = 0) -> Msgs:
 
 def test_a_step_waits_when_compaction_is_near() -> None:
     """32k, 1-4k-token outputs: compaction's trigger (25.6k) is under three turns above
-    masking's (17.6k). A step waits for it (``compaction_turns`` 8), even where it would free
-    room enough; it steps when compaction cannot do the work, or when the list no longer fits
-    the window."""
+    masking's (17.6k). A step would save its freed tokens' reads for a turn or two and pay
+    the rewrite of the prefix after it: it does not pay, and waits for compaction (the seed's
+    rule, ``masking.priced: false``, steps); it steps when compaction cannot do the work, or
+    when the list no longer fits the window."""
     spec = agent.AgentSpec(seed=11, output_tokens=(1000, 4000), thought_words=(10, 40))
-    free = MaskingPolicy(min_step_turns=0)  # every step frees room enough
     policies = {
-        "near": replace(Policy(), masking=free),
-        "seed": replace(Policy(), masking=replace(free, compaction_turns=0)),
-        "no compaction": replace(Policy(), masking=free,
-                                 compaction=CompactionPolicy(enabled=False)),
+        "near": Policy(),
+        "seed": replace(Policy(), masking=MaskingPolicy(priced=False)),
+        "no compaction": replace(Policy(), compaction=CompactionPolicy(enabled=False)),
     }
     stepped = dict.fromkeys(policies, 0)
     over = 0

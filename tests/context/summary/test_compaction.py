@@ -5,17 +5,22 @@ model reads a transcript of the covered range; the list is rewritten around the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from factories import agent_session
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.context.offload import run_inline
 from proxy.context.stages.compact import plan_compaction
+from proxy.context.stages.mask import placeholder
+from proxy.context.stages.reading import RESTORED_SHARE, UNREAD_HEADING
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import is_summary
 from proxy.context.stages.summary import RESTORED_INTRO
-from proxy.context.summary.compaction import compact, notes_share
+from proxy.context.summary.compaction import compact
 from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import Policy
 from proxy.testing.agent import TOOLS
@@ -72,30 +77,27 @@ async def test_originals_must_align_with_the_masked_list() -> None:
         await compact(plan, messages, messages[:-1], scope, Recorder(), scope, run_inline)
 
 
-class LongNotes(Recorder):
-    """Answers the calls without tools (notes, transcripts) at far more than they may have."""
-
-    async def __call__(self, prompt: list[dict[str, Any]], max_tokens: int,
-                       tools: Any = None) -> str:
-        short = await super().__call__(prompt, max_tokens, tools)
-        return short if tools else "Noted: the file holds a long list. " * 2_000
-
-
-def masked_session(outputs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Scope,
-                                          Any]:
+def masked_session(outputs: int, window: int = 12_000
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Scope, Any]:
     """The originals, the list with the first ``outputs`` covered tool results masked (new
-    dicts, as masking makes them), its scope at a 12k window and its plan."""
-    originals, scope, plan = setup(12_000)
+    dicts, as masking makes them, each with its own spill id), its scope at ``window`` and its
+    plan."""
+    originals, scope, plan = setup(window)
     masked = list(originals)
     results = [i for i in plan.summarize if originals[i].get("role") == "tool"][:outputs]
-    for i in results:
-        masked[i] = {**originals[i], "content": "[tool output cleared: 600 tokens, spill 0a1b2c3d]"}
+    for n, i in enumerate(results):
+        masked[i] = {**originals[i], "content": placeholder("read_file", 600, f"{n + 1:016x}" * 4)}
     return originals, masked, scope, plan
 
 
 def summary_model(window: int) -> Scope:
     """The request's own model summarizing within a smaller ``window`` than the request's."""
     return Scope(Policy(), window, COUNTER, MODEL)
+
+
+def restored_of(originals: list[dict[str, Any]], masked: list[dict[str, Any]],
+                plan: Any) -> list[str]:
+    return [originals[i]["content"] for i in plan.summarize if masked[i] is not originals[i]]
 
 
 async def test_originals_that_fit_go_beside_the_prefix_as_they_are() -> None:
@@ -106,49 +108,69 @@ async def test_originals_that_fit_go_beside_the_prefix_as_they_are() -> None:
     prompt, _, tools = summarize.calls[0]
     assert tools == TOOLS and prompt[:plan.cut] == masked[:plan.cut]
     assert RESTORED_INTRO in str(prompt[-2]["content"])
-    restored = [originals[i]["content"] for i in plan.summarize if masked[i] is not originals[i]]
-    assert all(text in str(prompt[-2]["content"]) for text in restored)
+    assert all(text in str(prompt[-2]["content"]) for text in restored_of(originals, masked, plan))
+    assert UNREAD_HEADING not in done.summary  # everything was read
 
 
-async def test_originals_that_do_not_fit_are_condensed_into_notes_beside_the_prefix() -> None:
-    originals, masked, scope, plan = masked_session(2)  # their share of the summary: ~200
+async def test_originals_over_the_budget_are_read_newest_first_and_the_rest_listed() -> None:
+    originals, masked, scope, plan = masked_session(5, window=14_000)
     summarize = Recorder()
-    done = await compact(plan, masked, originals, scope, summarize, summary_model(8_000),
-                         run_inline)
-    *notes, last = summarize.calls
-    assert notes and all(tools is None for _, _, tools in notes)
-    assert last[2] == TOOLS and last[0][:plan.cut] == masked[:plan.cut]
-    assert RESTORED_INTRO in str(last[0][-2]["content"])
-    assert done.calls == len(summarize.calls) and not done.truncated
+    done = await compact(plan, masked, originals, scope, summarize, scope, run_inline)
+    assert done.calls == 1  # one call, on the prefix: no notes, no pieces
+    prompt, _, tools = summarize.calls[0]
+    assert tools == TOOLS and prompt[:plan.cut] == masked[:plan.cut]
+    extra = COUNTER.count_messages(prompt[plan.cut:-1], MODEL)
+    assert extra <= RESTORED_SHARE * COUNTER.count_messages(prompt[:plan.cut], MODEL, TOOLS)
+    restored = restored_of(originals, masked, plan)
+    read = [t in str(prompt[-2]["content"]) for t in restored]
+    assert read[-1] and not read[0] and read == sorted(read)  # a newest run of them
+    cleared = [str(masked[i]["content"]) for i in plan.summarize if masked[i] is not originals[i]]
+    unread = [c for c, r in zip(cleared, read, strict=True) if not r]
+    assert done.summary.split(UNREAD_HEADING)[1].split("\n- ")[1:] == unread
 
 
-async def test_no_notes_squeezed_under_the_originals_share_of_the_summary() -> None:
-    """Room for notes (over ``MIN_NOTES``) but less than six outputs' share of the summary:
-    the covered range is summarized from a transcript instead, the originals' text in it."""
-    originals, masked, scope, plan = masked_session(6)  # their share: ~590 tokens
+async def test_a_transcript_reads_originals_within_one_window_and_lists_the_rest() -> None:
+    originals, masked, scope, plan = masked_session(8, window=14_000)
     summarize = Recorder()
-    done = await compact(plan, masked, originals, scope, summarize, summary_model(5_400),
-                         run_inline)
-    assert all(tools is None for _, _, tools in summarize.calls)
+    other = Scope(Policy(), 5_000, COUNTER, "gpt-4o-mini")
+    done = await compact(plan, masked, originals, scope, summarize, other, run_inline)
+    sent = sum(COUNTER.count_messages(p, "gpt-4o-mini") for p, _, _ in summarize.calls)
+    assert sent <= 5_000
     read = "\n".join(str(m.get("content")) for p, _, _ in summarize.calls for m in p)
-    restored = [originals[i]["content"] for i in plan.summarize if masked[i] is not originals[i]]
-    assert len(restored) == 6 and all(text[:200] in read for text in restored)
-    assert done.gain
+    restored = restored_of(originals, masked, plan)
+    unread = [t for t in restored if t not in read]
+    assert unread and len(unread) < len(restored)
+    assert done.summary.count("\n- [tool output cleared: ") == len(unread)
 
 
-async def test_notes_that_came_back_cut_are_not_used() -> None:
-    originals, masked, scope, plan = masked_session(2)
-    summarize = LongNotes()
-    done = await compact(plan, masked, originals, scope, summarize, summary_model(8_000),
-                         run_inline)
-    assert all(tools is None for _, _, tools in summarize.calls)  # none rode the prefix
-    assert done.calls == len(summarize.calls) > 1  # the notes' calls are still counted
-    assert done.truncated
+async def test_a_rolling_summary_carries_the_earlier_list() -> None:
+    originals, masked, scope, plan = masked_session(8, window=14_000)
+    first = await compact(plan, masked, originals, scope, Recorder(), scope, run_inline)
+    listed = first.summary.split(UNREAD_HEADING)[1]
+    grown = [*first.messages, *agent_session(turns=12, output_tokens=600)[2:]]
+    again = plan_compaction(grown, scope, force=True)
+    assert again is not None and again.summarizable
+    second = await compact(again, grown, grown, scope, Recorder(), scope, run_inline)
+    assert listed.strip() in second.summary
 
 
-@pytest.mark.parametrize(("best", "originals", "everything", "share"),
-                         [(1200, 1231, 7344, 202), (1200, 0, 7344, 0), (1000, 10, 0, 10_000)])
-def test_the_notes_share_is_the_originals_part_of_the_summary(best: int, originals: int,
-                                                              everything: int,
-                                                              share: int) -> None:
-    assert notes_share(best, originals, everything) == share
+@settings(max_examples=15, deadline=None)
+@given(outputs=st.integers(0, 12), window=st.sampled_from([9_000, 14_000, 30_000]),
+       other=st.booleans())
+def test_no_compaction_sends_more_uncached_than_one_window(outputs: int, window: int,
+                                                           other: bool) -> None:
+    """Whatever the masked share, the summary calls send at most one window beyond the
+    cached prefix, and every cleared output is read or listed."""
+    originals, masked, scope, plan = masked_session(outputs, window=window)
+    summarize = Recorder()
+    by = Scope(Policy(), window, COUNTER, "gpt-4o-mini") if other else scope
+    done = asyncio.run(compact(plan, masked, originals, scope, summarize, by, run_inline))
+    fresh = 0
+    for prompt, _, tools in summarize.calls:
+        cached = plan.cut if tools else 0
+        fresh += COUNTER.count_messages(prompt[cached:], by.model)
+    assert fresh <= window
+    read = "\n".join(str(m.get("content")) for p, _, _ in summarize.calls for m in p)
+    for i in plan.summarize:
+        if masked[i] is not originals[i]:
+            assert originals[i]["content"] in read or str(masked[i]["content"]) in done.summary

@@ -53,3 +53,12 @@ def test_written_is_what_the_cache_newly_stores() -> None:
     assert cache.written(1000, 0) == 0
     assert cache.written(5000, 1024) == 4992 - 1024
     assert cache.written(5000, 4992) == 0
+
+
+def test_an_idle_gap_past_the_cache_life_forgets_everything() -> None:
+    cache = PromptCache()
+    ask(cache, body(3))
+    assert ask(cache, body(4)) > 0
+    cache.expire()
+    assert ask(cache, body(5)) == 0  # cold: written again in full
+    assert ask(cache, body(6)) > 0

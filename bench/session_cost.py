@@ -14,6 +14,7 @@ session's cost where the provider bills cache writes at 1.25x input (cached at 0
     .venv/bin/python bench/session_cost.py            # all six sessions, a few minutes
     .venv/bin/python bench/session_cost.py --only 150x128k
     .venv/bin/python bench/session_cost.py --matrix     # every shape x policy (session_matrix)
+    .venv/bin/python bench/session_cost.py --shadow     # shadow's estimate vs managed's savings
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from proxy.policy.model import validate_layer  # noqa: E402
 from proxy.policy.platform import PlatformConfig  # noqa: E402
-from proxy.testing import agent  # noqa: E402
+from proxy.testing import agent, shadow_run  # noqa: E402
 from proxy.testing.cost import Call, cached_share, cost, passthrough, priced  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_request  # noqa: E402
 from proxy.testing.harness import Harness  # noqa: E402
@@ -165,6 +166,30 @@ def report(results: Sequence[Played]) -> None:
           "compact); summ: summary calls; up/client: upstream prompt tokens over the client's.")
 
 
+def shadow_report(sessions: Sequence[Session], spec: agent.AgentSpec) -> None:
+    """Play each session in managed and in shadow mode (``proxy.testing.shadow_run``), the fake
+    writing summaries of their budget, and print what managed mode saved, what shadow mode said
+    it would save, and their ratio, in prompt tokens and US dollars."""
+    print(f"{'session':<9} {'summ':>4} {'managed tok':>12} {'shadow tok':>12} {'ratio':>6} "
+          f"{'managed $':>10} {'shadow $':>10} {'ratio':>6} {'bytes':>5}")
+    for s in sessions:
+        budget = min(int(0.1 * s.window), 4096)  # the default summary_ratio and _max_tokens
+        print(f"playing {s.name} managed and shadow ...", file=sys.stderr)
+        m = shadow_run.play("managed", s.turns, s.window, spec, budget)
+        w = shadow_run.play("shadow", s.turns, s.window, spec, budget)
+        same = w.sent == w.received and w.summary_calls == 0
+        print(f"{s.name:<9} {m.summary_calls:>4} {m.saved_tokens:>12,} {w.saved_tokens:>12,} "
+              f"{w.saved_tokens / max(m.saved_tokens, 1):>6.3f} {m.saved_usd:>10.4f} "
+              f"{w.saved_usd:>10.4f} {w.saved_usd / m.saved_usd if m.saved_usd else 0:>6.3f} "
+              f"{'same' if same else 'DIFF':>5}")
+    print("\nmanaged: the tokens it kept from the upstream (X-Context-Tokens-Before - After) "
+          "and the money it saved, summary calls included (/metrics); shadow: what its "
+          "X-Context-Shadow-Saved-* headers said; ratio: shadow over managed; summ: managed "
+          "mode's summary calls (shadow makes none); bytes: whether the upstream received the "
+          "client's exact bytes on every shadow turn. Prices: input $2.50, cached $0.25, output "
+          "$10 per million tokens; the fake's summaries fill their budget.")
+
+
 def _setting(item: str) -> tuple[str, Any]:
     name, sep, text = item.partition("=")
     if not sep or not name:
@@ -194,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, action="append", default=[],
                    help="--matrix: a cell seed to play (repeatable); by default two are drawn at "
                         "run time and printed")
+    p.add_argument("--shadow", action="store_true",
+                   help="play the sessions (one per shape, in_steps) in managed and in shadow "
+                        "mode and print the would-be savings against the real ones")
     p.add_argument("--no-bound", action="store_true",
                    help="--matrix without its reasoning-bound column (bench/session_bound.py)")
     p.add_argument("--one-price", action="store_true",
@@ -218,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = replace(spec, output_tokens=tuple(args.output_tokens))
     if args.thought_words:
         spec = replace(spec, thought_words=tuple(args.thought_words))
+    if args.shadow:
+        shadow_report([s for s in sessions if s.in_steps], spec)
+        return 0
     results = []
     for s in sessions:
         print(f"playing {s.name} in_steps={str(s.in_steps).lower()} ...", file=sys.stderr)

@@ -128,6 +128,8 @@ class Metrics:
             "in input_transformations).",
             ["model", "cause"], registry=r)
 
+        self._shadow_metrics(r)
+
         # --- policies (SPEC section 7) ---
         self.policy_reloads = Counter(
             "context_proxy_policy_reloads_total",
@@ -159,6 +161,54 @@ class Metrics:
         self._in_flight_children: dict[str, Any] = {}
         self._first_byte_children: dict[str, Any] = {}
         self._error_children: dict[tuple[str, str], Any] = {}
+
+    def _shadow_metrics(self, r: CollectorRegistry) -> None:
+        """What the proxy would have done to the requests of organizations in shadow mode."""
+        labels = ["org", "model"]
+        self.shadow_requests = Counter(
+            "context_proxy_shadow_requests_total",
+            "Requests of organizations in shadow mode (forwarded as the client sent them).",
+            labels, registry=r)
+        self.shadow_masked = Counter(
+            "context_proxy_shadow_masked_tool_results_total",
+            "Tool results masking would have replaced, in shadow mode.", labels, registry=r)
+        self.shadow_compactions = Counter(
+            "context_proxy_shadow_compactions_total",
+            "Compactions (new summaries) the proxy would have made, in shadow mode.", labels,
+            registry=r)
+        self.shadow_saved_tokens = Counter(
+            "context_proxy_shadow_saved_tokens_total",
+            "Prompt tokens the proxy would have kept from the upstream, in shadow mode "
+            "(estimated, summaries at their budget).", labels, registry=r)
+        self.shadow_saved_usd = Counter(
+            "context_proxy_shadow_saved_usd",
+            "US dollars the proxy would have saved, in shadow mode (estimated from the prompt "
+            "side, the summary calls it would have made deducted): the requests that would "
+            "have cost less.", labels, registry=r)
+        self.shadow_lost_usd = Counter(
+            "context_proxy_shadow_lost_usd",
+            "US dollars the proxy would have cost more, in shadow mode: the requests (a "
+            "compaction's, with its summary call) that would have cost more than the "
+            "client's own; the net saving is saved less lost.", labels, registry=r)
+        self._shadow_children: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def shadowed(self, org: str, model: str, figures: Any) -> None:
+        """Count one shadow-mode request's ``ShadowFigures`` (``proxy.context.shadow``)."""
+        key = (org, model)
+        children = self._shadow_children.get(key)
+        if children is None:
+            if len(self._shadow_children) > 10_000:  # organizations × models: bounded anyway
+                self._shadow_children.clear()
+            label = self.model_label(model)
+            children = self._shadow_children[key] = tuple(c.labels(org, label) for c in (
+                self.shadow_requests, self.shadow_masked, self.shadow_compactions,
+                self.shadow_saved_tokens, self.shadow_saved_usd, self.shadow_lost_usd))
+        children[0].inc()
+        children[1].inc(figures.masked)
+        if figures.compaction in ("auto", "manual"):
+            children[2].inc()
+        children[3].inc(max(0, figures.saved_tokens))
+        children[4 if figures.saved_usd >= 0 else 5].inc(abs(figures.saved_usd))
 
     def _operations(self, r: CollectorRegistry) -> None:
         """What an operator watches besides the stages (SPEC section 9)."""

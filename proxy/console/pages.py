@@ -102,9 +102,10 @@ async def _flushed(request: web.Request) -> None:
 
 
 def _org_entry(org: dict[str, Any], usage: queries.OrgUsage,
-               series: dict[str, list[int]]) -> dict[str, Any]:
+               series: dict[str, list[int]], mode: str) -> dict[str, Any]:
     names = sorted(set(org["users"]) | set(usage.users))
     return {"org": org["org"], "managed_by": org["managed_by"], "totals": usage.org,
+            "mode": mode,
             "quoted": quote(org["org"], safe=""),
             "users": [(u, quote(u, safe=""), usage.users.get(u, queries.Totals()))
                       for u in names],
@@ -125,8 +126,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
     for name in usage:  # an organization known only by its traffic (passthrough's default)
         orgs.setdefault(name, {"org": name, "managed_by": state.policies.managed_by(name),
                                "users": []})
-    entries = [_org_entry(orgs[name], usage.get(name, queries.OrgUsage()), series.get(name, {}))
-               for name in sorted(orgs)]
+    entries = [_org_entry(orgs[name], usage.get(name, queries.OrgUsage()), series.get(name, {}),
+                          state.policies.resolve(name).mode) for name in sorted(orgs)]
     return render(request, "overview.html", orgs=entries, hours=queries.HOURS)
 
 

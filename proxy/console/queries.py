@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context.records.hourly import COUNTS, MONEY, OUTCOMES, hour_of
+from proxy.context.records.hourly import COUNTS, DOLLARS, OUTCOMES, hour_of
 from proxy.store import Store
 
 LIST_LIMIT = 200
@@ -26,8 +26,9 @@ class Totals:
     counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
 
     def add(self, row: Any) -> None:
-        for name in COUNTS:  # token counts are integers; money (MONEY) is US dollars
-            self.counts[name] += float(row[name] or 0) if name in MONEY else int(row[name] or 0)
+        for name in COUNTS:  # token counts are integers; money (DOLLARS) is US dollars
+            self.counts[name] += float(row[name] or 0) if name in DOLLARS else \
+                int(row[name] or 0)
 
     @property
     def spent(self) -> float:
@@ -38,6 +39,11 @@ class Totals:
     def saved(self) -> float:
         """US dollars the clients' own requests would have cost more without the proxy."""
         return self.counts["cost_without_usd"] - self.counts["cost_spent_usd"]
+
+    @property
+    def shadow_saved(self) -> float:
+        """US dollars the proxy would have saved on the requests it served in shadow mode."""
+        return self.counts["shadow_saved_usd"]
 
     @property
     def reasoning_lost(self) -> int:

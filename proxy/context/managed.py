@@ -23,7 +23,8 @@ from proxy.context.job import ChatRequest, Job
 from proxy.context.offload import offload_for, run_inline
 from proxy.context.records.compactions import Records
 from proxy.context.report import ContextReport
-from proxy.context.stages.plan import Plan, Prior, plan
+from proxy.context.shadow import MODE, Shadow
+from proxy.context.stages.plan import Plan, Prior, kept_tokens, plan, previous_point
 from proxy.context.stages.scope import Scope
 from proxy.context.summary.compaction import Compacted
 from proxy.context.summary.in_api import ApiSummarizerFactory
@@ -59,6 +60,7 @@ class ContextService:
             ledger=self.ledger, history=self.history, replan=self._plan,
             summarizers=summarizers, api_summarizers=api_summarizers)
         self.flights = self.summaries.flights
+        self.shadow = Shadow(self.ledger)
         self.preparer = self.summaries.preparer
 
     # --- prepare --------------------------------------------------------------------------------
@@ -111,7 +113,10 @@ class ContextService:
     # --- plan and execute -----------------------------------------------------------------------
 
     async def manage(self, job: Job, *, retried: str | None = None) -> ContextReport:
-        """Plan and execute one request; a failed summary never raises (fail-open)."""
+        """Plan and execute one request; a failed summary never raises (fail-open). In shadow
+        mode nothing is executed (``proxy.context.shadow``)."""
+        if job.policy.mode == MODE:
+            return await self._shadowed(job, retried)
         # (most requests plan inline: called directly, without a coroutine around it)
         p = self._plan(job, job.prior) if job.offload is run_inline else \
             await job.offload(self._plan, job, job.prior)
@@ -137,6 +142,30 @@ class ContextService:
         elif job.scope.bound and report.masked:  # masking stepped: compaction could not
             report = replace(report, drop_changed=True)
         self._observe(job, report, p)
+        return report
+
+    async def _shadowed(self, job: Job, retried: str | None) -> ContextReport:
+        """The report of a request in shadow mode: the client's exact bytes go upstream (no
+        spill, no summary call, no divider), with what managed mode would have done."""
+        async def replan(j: Job, prior: Prior | None) -> Plan:
+            return self._plan(j, prior) if j.offload is run_inline else \
+                await j.offload(self._plan, j, prior)
+
+        p, figures = await self.shadow.figures(job, replan)
+        req = job.request
+        tokens = [t for t, _ in job.known.pairs_for(self.counter, req.messages, req.model)]
+        kept = kept_tokens(job.scope, tokens, previous_point(req.messages))
+        report = ContextReport(
+            job.conversation_id, None, job.reported(p.tokens_before),
+            job.reported(p.tokens_before), p.tokens_before, job.scope.compaction_window, 0,
+            "none", kept, retried=retried, window_source=job.window_source, shadow=figures)
+        org, before = job.principal.org, report.tokens_before
+        self.metrics.tokens(org, req.model, before, before)
+        self.metrics.shadowed(org, req.model, figures)
+        self.records.hourly.turn(org, job.principal.user, job.key, job.conversation_id,
+                                 before, before, "none")
+        self.records.hourly.shadowed(org, job.principal.user, figures.saved_tokens,
+                                     figures.saved_usd)
         return report
 
     def _plan(self, job: Job, prior: Prior | None, force: bool | None = None) -> Plan:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from proxy.context.records.compactions import CompactionRecord
+
+if TYPE_CHECKING:
+    from proxy.context.shadow import ShadowFigures
 
 Outcome = Literal["none", "auto", "manual", "reused", "failed", "insufficient"]
 
@@ -42,6 +45,7 @@ class ContextReport:
     reasoning_removed: int = 0  # turns whose bound reasoning this request's compaction removed
     drop_changed: bool = False  # bound reasoning follows a change masking made: ask the
     # provider to drop it rather than refuse the request (``Api.binding_controls``)
+    shadow: ShadowFigures | None = None  # shadow mode: what the proxy would have done
 
     def headers(self) -> dict[str, str]:
         h = {"X-Conversation-Id": self.conversation_id,
@@ -59,6 +63,8 @@ class ContextReport:
             h["X-Context-Retried"] = self.retried
         if self.reasoning_removed:
             h["X-Context-Reasoning-Removed"] = str(self.reasoning_removed)
+        if self.shadow is not None:
+            h.update(self.shadow.headers())
         h.update(self.notes)
         return h
 

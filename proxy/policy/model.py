@@ -90,6 +90,8 @@ class ModelPrices:
 
 PRICE_FIELDS = tuple(ModelPrices.__dataclass_fields__)
 WINDOW_FIELDS = ("context_window", "window")
+MODES = ("managed", "shadow")
+_ROLES = ("user", "assistant", "system", "developer")
 BOUND_FIELD = "reasoning_bound"  # whether the model binds replayed reasoning to its prefix
 
 
@@ -102,6 +104,7 @@ class Policy:
     fallback_window: int = 200_000
     prices: Mapping[str, ModelPrices] = field(default_factory=dict)  # from ``models`` too
     bound: Mapping[str, bool] = field(default_factory=dict)  # ``models``' reasoning_bound
+    mode: str = "managed"  # shadow: plan, forward the client's bytes, report what it would do
 
 
 # --- field registry -------------------------------------------------------------------------
@@ -164,6 +167,14 @@ def _retention(key: str, v: Any) -> float:
     return float(v)
 
 
+def _one_of(*choices: str) -> Callable[[str, Any], str]:
+    def check(key: str, v: Any) -> str:
+        if v in choices:
+            return str(v)
+        raise PolicyError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return check
+
+
 def _opt_str(key: str, v: Any) -> str | None:
     if v is None or (isinstance(v, str) and v.strip()):
         return v
@@ -174,12 +185,6 @@ def _str_list(key: str, v: Any) -> tuple[str, ...]:
     if isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v):
         return tuple(v)
     raise PolicyError(key, f"expected a list of non-empty strings, got {v!r}")
-
-
-def _role(key: str, v: Any) -> str:
-    if v in ("user", "assistant", "system", "developer"):
-        return str(v)
-    raise PolicyError(key, f"expected one of user, assistant, system, developer, got {v!r}")
 
 
 def _protected(key: str, v: Any) -> tuple[ProtectedRule, ...]:
@@ -288,7 +293,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("compaction.protect_first_user", _D.compaction.protect_first_user, _bool),
         FieldSpec("compaction.pinned_tools", _D.compaction.pinned_tools, _str_list),
         FieldSpec("compaction.protected", _D.compaction.protected, _protected),
-        FieldSpec("compaction.summary_role", _D.compaction.summary_role, _role),
+        FieldSpec("compaction.summary_role", _D.compaction.summary_role, _one_of(*_ROLES)),
         FieldSpec("compaction.prepare_ratio", _D.compaction.prepare_ratio, _ratio, True),
         FieldSpec("rerank.enabled", _D.rerank.enabled, _bool),
         FieldSpec("rerank.keep", _D.rerank.keep, _int_min(1), True),
@@ -297,6 +302,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("rerank.timeout_ms", _D.rerank.timeout_ms, _int_min(1), True),
         FieldSpec("models", dict(_D.models), _models),
         FieldSpec("fallback_window", _D.fallback_window, _int_min(1), True),
+        FieldSpec("mode", _D.mode, _one_of(*MODES)),
     ]
 }
 
@@ -341,6 +347,9 @@ def _in(where: str | None) -> str:
     return f" in {where}" if where else ""
 
 
+_TOP = ("models", "fallback_window", "mode")  # the fields outside a section
+
+
 def flatten(nested: Mapping[str, Any], where: str | None = "policy") -> dict[str, Any]:
     """Turn ``{masking: {enabled: false}}`` into ``{"masking.enabled": False}`` (unvalidated).
 
@@ -350,7 +359,7 @@ def flatten(nested: Mapping[str, Any], where: str | None = "policy") -> dict[str
         raise PolicyError("policy", f"expected a mapping{_in(where)}, got {nested!r}")
     flat: dict[str, Any] = {}
     for section, value in nested.items():
-        if section in ("models", "fallback_window"):
+        if section in _TOP:
             flat[section] = value
         elif section in ("masking", "compaction", "rerank"):
             if not isinstance(value, Mapping):
@@ -360,7 +369,7 @@ def flatten(nested: Mapping[str, Any], where: str | None = "policy") -> dict[str
         else:
             raise PolicyError(str(section), f"unknown policy section{_in(where)}"
                               + did_you_mean(str(section), ("masking", "compaction", "rerank",
-                                                            "models", "fallback_window")))
+                                                            *_TOP)))
     return flat
 
 
@@ -383,5 +392,6 @@ def build_policy(*layers: Mapping[str, Any]) -> Policy:
         fallback_window=merged["fallback_window"],
         prices=prices,
         bound=bound,
+        mode=merged["mode"],
     )
 

@@ -152,6 +152,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     # What each compaction took: the turns it carried without their bound reasoning.
     Migration("015_divider_reasoning", (
         "ALTER TABLE compactions ADD COLUMN reasoning_removed {int} NOT NULL DEFAULT 0",)),
+    # What the proxy would have saved for organizations in shadow mode, per hour.
+    Migration("016_shadow_usage", (
+        "ALTER TABLE usage_hourly ADD COLUMN shadow_requests {int} NOT NULL DEFAULT 0",
+        "ALTER TABLE usage_hourly ADD COLUMN shadow_saved_tokens {int} NOT NULL DEFAULT 0",
+        "ALTER TABLE usage_hourly ADD COLUMN shadow_saved_usd {real} NOT NULL DEFAULT 0")),
 )
 
 

@@ -36,6 +36,7 @@ from proxy.testing.fake.faults import (
     answer_json,
     cut,
     misbehave,
+    take,
     unframed,
     write,
 )
@@ -143,6 +144,7 @@ class FakeUpstream:
     serves_compaction_trigger: bool = True  # fake.fake_compaction: answers compaction_trigger
     usage_scale: float = 1.0  # an upstream whose tokenizer counts more (or less) than ours
     summary_delay_s: float = 0.0  # how long a summary call takes
+    count_output: bool = False  # chat answers report their text's tokens as output (else 8)
     stream_delay_s: float = 0.0
     stream_chunks: int = 4
     requests: list[Recorded] = field(default_factory=list)
@@ -219,19 +221,10 @@ class FakeUpstream:
         request[fake_apis.RECORDED] = rec
         return rec
 
-    def _take_fault(self, body: Any, path: str = "/v1/chat/completions") -> Fault | None:
-        for fault in self.faults:
-            if fault.times != 0 and fault.path == path and (fault.match is None
-                                                            or fault.match(body)):
-                if fault.times > 0:
-                    fault.times -= 1
-                return fault
-        return None
-
     async def _scripted(self, request: web.Request, body: Any
                         ) -> tuple[Fault | None, web.StreamResponse | None]:
         """The fault taken for this request, and its answer when it replaces the normal one."""
-        fault = self._take_fault(body, request.path)
+        fault = take(self.faults, body, request.path)
         return fault, await misbehave(request, fault, echo) if fault is not None else None
 
     # --- handlers ---------------------------------------------------------------------------
@@ -287,8 +280,11 @@ class FakeUpstream:
         message = await self.respond(request, body, fault)
         cached = self.cached(request, body, measured,
                              route=str(body.get("prompt_cache_key") or ""))
-        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8,
-                                 "total_tokens": prompt_tokens + 8,
+        text = message.get("content")  # output: 8 tokens, or the text's (count_output)
+        output = _token_counter().text_tokens(text, "gpt-4o") \
+            if self.count_output and isinstance(text, str) else 8
+        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": output,
+                                 "total_tokens": prompt_tokens + output,
                                  "prompt_tokens_details": {
                                      "cached_tokens": cached,
                                      "cache_write_tokens": self.cache.written(prompt_tokens,

@@ -215,6 +215,33 @@ def test_revocations_and_policy_writes_reach_the_other_replicas(replicas: Replic
     assert until(lambda: status(b) == status(c) == 401) and status(a) == 401
 
 
+def test_an_organization_switched_from_shadow_to_managed_is_managed_on_every_replica(
+        replicas: Replicas) -> None:
+    """Shadow mode is a policy field: a PATCH through one replica's admin API reaches every
+    replica within 2 s, with no restart (the client's exact bytes go upstream until then)."""
+    key = replicas.create_key("acme")
+    msg = [{"role": "user", "content": "hello"}]
+
+    def mode(url: str) -> str:
+        r = httpx.post(f"{url}/chat/completions", json={"model": MODEL, "messages": msg},
+                       headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+        return r.headers.get("X-Context-Mode", "managed")
+
+    def patch(value: str) -> None:
+        patched = httpx.patch(f"{replicas.url(0).removesuffix('/v1')}/admin/orgs/acme/policy",
+                              json={"mode": value},
+                              headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert patched.status_code == 200, patched.text
+
+    urls = [replicas.url(i) for i in range(3)]
+    assert [mode(u) for u in urls] == ["managed"] * 3
+    patch("shadow")
+    assert until(lambda: [mode(u) for u in urls] == ["shadow"] * 3)
+    patch("managed")
+    assert until(lambda: [mode(u) for u in urls] == ["managed"] * 3)
+
+
 def test_the_spill_purge_runs_on_one_replica(replicas: Replicas) -> None:
     # A replica prints its start-up line before its first purge tick has run: wait for the
     # one replica whose tick took the job (a guard against a hang, not a timing check).

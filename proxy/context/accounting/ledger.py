@@ -74,6 +74,10 @@ class Ledger:
             return StepPrices()
         return StepPrices(read=p.cached / p.input, write=p.written / p.input)
 
+    def baseline(self, key: str) -> Baseline | None:
+        """The client's previous request of conversation ``key``, as last booked."""
+        return self._baselines.get(key)
+
     def actual(self, job: Job, report: ContextReport, usage: UpstreamUsage) -> Money:
         """The money of a request whose upstream answer reported ``usage``."""
         p = self.prices(job.request.model, job.policy)

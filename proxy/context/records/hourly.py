@@ -10,7 +10,9 @@ transcript as the client sent it and as it went upstream); ``prompt_tokens`` and
 ``cached_tokens`` and ``cache_write_tokens`` (what the upstream reported, main and summary calls
 alike); one count per compaction outcome other than ``none``; and the money (US dollars, migration
 010): ``cost_spent_usd`` upstream and ``cost_without_usd``, what the client's own requests would
-have cost without the proxy (``proxy.context.accounting.money``).
+have cost without the proxy (``proxy.context.accounting.money``); and for organizations in shadow
+mode (migration 016) ``shadow_requests``, ``shadow_saved_tokens`` and ``shadow_saved_usd``, what
+the proxy would have saved (``proxy.context.shadow``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ if TYPE_CHECKING:
 OUTCOMES = ("auto", "manual", "reused", "failed", "insufficient")
 MONEY = ("cost_spent_usd", "cost_without_usd")
 REASONING = ("reasoning_removed", "reasoning_dropped")  # lost on models that bind it
+SHADOW = ("shadow_requests", "shadow_saved_tokens", "shadow_saved_usd")  # migration 016
 COUNTS = ("requests", "tokens_received", "tokens_sent", "prompt_tokens", "cached_tokens",
-          *(f"outcome_{o}" for o in OUTCOMES), "cache_write_tokens", *MONEY, *REASONING)
+          *(f"outcome_{o}" for o in OUTCOMES), "cache_write_tokens", *MONEY, *REASONING,
+          *SHADOW)
+DOLLARS = (*MONEY, "shadow_saved_usd")  # the counts that are US dollars, not integers
 _PROMPT, _CACHED = COUNTS.index("prompt_tokens"), COUNTS.index("cached_tokens")
 _WRITTEN, _SPENT = COUNTS.index("cache_write_tokens"), COUNTS.index("cost_spent_usd")
 _REMOVED = COUNTS.index("reasoning_removed")
+_SHADOW = COUNTS.index("shadow_requests")
 
 Row = tuple[str, str, int]  # (org, user or '', hour start in epoch seconds)
 
@@ -85,6 +91,14 @@ class HourlyUsage:
         row[_SPENT + 1] += without
         row[_REMOVED] += lost[0]
         row[_REMOVED + 1] += lost[1]
+
+    def shadowed(self, org: str, user: str | None, saved_tokens: int, saved_usd: float,
+                 now: float | None = None) -> None:
+        """Count one shadow-mode request and what the proxy would have saved on it."""
+        row = self._row(org, user, time.time() if now is None else now)
+        row[_SHADOW] += 1
+        row[_SHADOW + 1] += saved_tokens
+        row[_SHADOW + 2] += saved_usd
 
     def take(self) -> HourlyUsage:
         """Hand over what was counted and start afresh."""

@@ -147,3 +147,15 @@ def cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
     assert request.transport is not None
     request.transport.close()
     return resp
+
+
+def take(faults: list[Fault], body: Any, path: str) -> Fault | None:
+    """The first of ``faults`` that applies to a request of ``path`` with ``body`` (counted
+    off when it is limited to some times), or ``None``."""
+    for fault in faults:
+        if fault.times != 0 and fault.path == path and (fault.match is None
+                                                        or fault.match(body)):
+            if fault.times > 0:
+                fault.times -= 1
+            return fault
+    return None

@@ -157,6 +157,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE usage_hourly ADD COLUMN shadow_requests {int} NOT NULL DEFAULT 0",
         "ALTER TABLE usage_hourly ADD COLUMN shadow_saved_tokens {int} NOT NULL DEFAULT 0",
         "ALTER TABLE usage_hourly ADD COLUMN shadow_saved_usd {real} NOT NULL DEFAULT 0")),
+    # What each compaction's summary covered: the client's messages [first, end) it replaced
+    # and the tool outputs among them (tool, tokens, spill id), as JSON lists.
+    Migration("017_divider_covered", (
+        "ALTER TABLE compactions ADD COLUMN turns {text} NOT NULL DEFAULT '[]'",
+        "ALTER TABLE compactions ADD COLUMN outputs {text} NOT NULL DEFAULT '[]'")),
 )
 
 

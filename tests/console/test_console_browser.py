@@ -154,6 +154,10 @@ def test_conversation_shows_its_divider_and_spills(page: Page, start_console: An
     # The fake summary lists the facts of what it covers: the older tool turns (the newest one
     # and the steps after it stay verbatim).
     expect(shown.locator("pre")).to_contain_text("FILE-0")
+    # What it covered: the tool outputs it summarized, each linked to its spill.
+    covered = divider["tool_outputs"]
+    assert covered
+    expect(shown.locator("ul.covered-outputs a.covered-spill")).to_have_count(len(covered))
 
     # A retained spill opens in place, on demand.
     link = page.locator("a.spill-link").first

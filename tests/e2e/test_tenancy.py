@@ -50,6 +50,23 @@ def test_unbound_passthrough_keys_never_see_each_others_conversations(make_harne
                  f"/conversations/shared-name/spills/{sid}"):
         with pytest.raises(openai.NotFoundError):
             stranger.get(path, cast_to=object)
+    # Each divider lists the tool outputs its summary covered, each kept as a spill (those
+    # masking had not cleared too) that the conversation's own key reads and no other does.
+    for client, answer in ((alice, first), (bob, second)):
+        divider = client.get("/conversations/shared-name/dividers", cast_to=object)["data"][0]
+        first_turn, end = divider["covered_turns"]
+        outputs = divider["tool_outputs"]
+        covered = {spill_id(m["content"]): m for m in messages[first_turn:end]
+                   if m.get("role") == "tool"}
+        assert sorted(o["spill_id"] for o in outputs) == sorted(covered)
+        assert len(outputs) > int(answer.headers["X-Context-Masked"]) > 0
+        for o in outputs:
+            assert o["tool"] and o["tokens"] > 0
+            path = f"/conversations/shared-name/spills/{o['spill_id']}"
+            assert client.get(path, cast_to=object)["content"] == covered[o["spill_id"]][
+                "content"]
+            with pytest.raises(openai.NotFoundError):
+                stranger.get(path, cast_to=object)
     # A third turn of Alice's reuses her own summary, not Bob's.
     grown = [*messages, {"role": "user", "content": "next"}]
     third = alice.chat.completions.with_raw_response.create(

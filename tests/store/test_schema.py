@@ -117,7 +117,7 @@ def test_released_migrations_keep_their_names_and_new_ones_are_appended() -> Non
         "005_usage_totals", "006_truncated_summaries", "007_usage_hourly", "008_leases",
         "009_console_signouts", "010_costs", "011_prepared_summaries", "012_usage_batches",
         "013_keys_changed", "014_reasoning_lost", "015_divider_reasoning",
-        "016_shadow_usage"]
+        "016_shadow_usage", "017_divider_covered"]
 
 
 def test_every_column_type_is_written_as_a_placeholder() -> None:

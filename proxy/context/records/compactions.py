@@ -39,6 +39,7 @@ _BY_PREFIX = ("SELECT * FROM compactions WHERE conversation = ? AND prefix_hash 
 _FRESH = ("SELECT usage_prompt_tokens, usage_estimate, "
           "(SELECT MAX(seq) FROM compactions WHERE conversation = ?) FROM conversations "
           "WHERE id = ?")
+_JSON = ("preserved", "turns", "outputs")  # columns stored as JSON lists (migration 017)
 _LATEST = "SELECT * FROM compactions WHERE conversation = ? ORDER BY seq DESC LIMIT 1"
 
 
@@ -62,6 +63,8 @@ class CompactionRecord:
     status: str  # compacted | insufficient (still over the trigger after rewriting)
     truncated: bool = False  # a summary came back longer than asked and was cut
     reasoning_removed: int = 0  # turns it carried without their bound reasoning
+    turns: tuple[int, ...] = ()  # the client's messages [first, end) its summary replaced
+    outputs: tuple[dict[str, Any], ...] = ()  # tool outputs among them: tool, tokens, spill_id
 
     @property
     def text(self) -> str:
@@ -73,14 +76,15 @@ class CompactionRecord:
                 "kind": self.kind, "text": self.text, "tokens_before": self.tokens_before,
                 "tokens_after": self.tokens_after, "covered_messages": self.covered,
                 "summary_model": self.summary_model, "summary_tokens": self.summary_tokens,
-                "truncated": self.truncated, "reasoning_removed": self.reasoning_removed}
+                "truncated": self.truncated, "reasoning_removed": self.reasoning_removed,
+                "covered_turns": list(self.turns), "tool_outputs": list(self.outputs)}
 
 
 def _record(row: dict[str, Any]) -> CompactionRecord:
-    fields = {k: row[k] for k in CompactionRecord.__dataclass_fields__
-              if k not in ("preserved", "truncated")}
-    return CompactionRecord(preserved=tuple(json.loads(row["preserved"])),
-                            truncated=bool(row["truncated"]), **fields)
+    fields: dict[str, Any] = {k: row[k] for k in CompactionRecord.__dataclass_fields__
+                              if k not in _JSON and k != "truncated"}
+    fields.update((k, tuple(json.loads(row[k] or "[]"))) for k in _JSON)
+    return CompactionRecord(truncated=bool(row["truncated"]), **fields)
 
 
 @dataclass
@@ -237,7 +241,8 @@ class Records:
         rec = CompactionRecord(id=div_id, conversation=conversation, seq=int(row[0]),
                                created_at=made, **values)
         stored = asdict(rec)
-        stored["preserved"] = json.dumps(list(rec.preserved))
+        for k in _JSON:
+            stored[k] = json.dumps(list(stored[k]))
         stored["truncated"] = int(rec.truncated)
         tx.execute(f"INSERT INTO compactions ({', '.join(stored)}) "
                    f"VALUES ({', '.join('?' * len(stored))})", list(stored.values()))

@@ -39,6 +39,7 @@ from proxy.context.offload import run_off_loop
 from proxy.context.records.compactions import CompactionRecord, Records
 from proxy.context.records.flights import Flights
 from proxy.context.report import ContextReport, Outcome
+from proxy.context.stages.covered import Covered, covered
 from proxy.context.stages.plan import Plan, Prior, kept_tokens, sent_before
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import prefix_hash
@@ -254,6 +255,7 @@ class SummarySource:
             return report_of(job, p, "insufficient", retried), None
         summary_tokens = self.counter.text_tokens(done.summary, job.request.model)
         self.metrics.summary_tokens.inc(summary_tokens)
+        took = await self._covered(job, p)
         record = await self.records.add_compaction(
             job.principal.org, job.key, kind=job.kind, prefix_hash=phash,
             covered=p.covered, preserved=p.preserved, summary=done.summary,
@@ -261,12 +263,24 @@ class SummarySource:
             # The divider shows the figures the answer's X-Context-Tokens-* headers show.
             tokens_before=job.reported(p.tokens_before),
             tokens_after=job.reported(done.tokens_after), status=done.status,
-            truncated=done.truncated, reasoning_removed=removed(job.request.adapted, p))
+            truncated=done.truncated, reasoning_removed=removed(job.request.adapted, p),
+            turns=tuple(took.turns()), outputs=tuple(took.listed()))
         self.history.verify(job.key, (phash, p.covered))
         outcome: Outcome = "insufficient" if done.status == "insufficient" else job.kind
         self.metrics.prefix_rewrites.labels("compact").inc()
         return report_of(job, p, outcome, retried, compacted=done, divider=record,
                          before=p), record
+
+    async def _covered(self, job: Job, p: Plan) -> Covered:
+        """What ``p``'s summary covers; the tool outputs it removes are kept as spills, as
+        masking keeps the ones it clears (the same ids for the same outputs)."""
+        assert p.compaction is not None
+        took = await job.bulk(covered, p.view.messages, p.view.origin, p.compaction.summarize,
+                              self.counter, job.request.model)
+        if took.outputs:
+            await self.records.add_spills(job.principal.org, job.key, list(took.outputs),
+                                          job.policy.masking.spill_retention)
+        return took
 
     def summarizer(self, job: Job, model: str) -> Summarizer:
         """The summary calls of ``job``'s compactions, to ``model``: in the request's own API

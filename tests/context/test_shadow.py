@@ -62,8 +62,7 @@ async def test_a_compaction_is_planned_not_made_and_its_estimate_is_remembered(
 async def test_masking_is_counted_and_no_spill_is_kept(new_store: Callable[[str], Store]
                                                        ) -> None:
     svc = service(new_store, Summaries(), mode="shadow", **{
-        "masking.enabled": True, "compaction.enabled": False,
-        "masking.min_step_turns": 0, "masking.compaction_turns": 0})
+        "masking.enabled": True, "compaction.enabled": False, "masking.priced": False})
     msgs: list[Any] = history(turns=20)
     job = await svc.prepare(ALICE, chat(msgs), "c2")
     report = await svc.manage(job)

@@ -73,9 +73,9 @@ def _serve(settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from proxy.cli.demo import run_demo
+    from proxy.cli.demo import TURNS, run_demo
 
-    return run_demo(turns=args.turns, serve=args.serve, port=args.port)
+    return run_demo(turns=args.turns or TURNS, serve=args.serve, port=args.port)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -187,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "else 8080; 0 lets the system pick)")
     s.set_defaults(fn=cmd_serve)
     d = sub.add_parser("demo", help="play a long agent session through the proxy, offline")
-    d.add_argument("--turns", type=_positive, default=80,
-                   help="turns of the session to play (default 80)")
+    d.add_argument("--turns", type=_positive, default=None,
+                   help="turns of the session to play (default 120)")
     d.add_argument("--serve", action="store_true",
                    help="then keep the proxy and its fake upstream running for your own client")
     d.add_argument("--port", type=int, default=0,

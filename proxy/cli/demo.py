@@ -29,12 +29,17 @@ from proxy.policy.model import validate_layer
 from proxy.policy.platform import PlatformConfig
 from proxy.testing import agent
 from proxy.testing.cost import Call, cached_share, cost, passthrough
-from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, default_responder
+from proxy.testing.fake_upstream import (
+    FakeUpstream,
+    approx_tokens,
+    default_responder,
+    default_summarizer,
+)
 from proxy.testing.harness import Harness
 
 MODEL = "demo-agent"
 WINDOW = 65_536
-TURNS = 80  # masking steps at turns 19 and 29, a compaction at 46, steps again at 61 and 74
+TURNS = 120  # masking steps from turn 20 on, a compaction when what no step clears fills the window
 SESSION = agent.DEMO_STAGES  # seed 7, a fact buried in turn 3, tool outputs most of a turn
 EVERY = 5  # past EVERY turns, the table shows every EVERY-th turn and every turn with news
 CONVERSATION = "demo-session"
@@ -111,12 +116,26 @@ def show_examples(out: TextIO, requests: list[dict[str, Any]],
             out.write(f"  {name}: {headers[name]}\n")
 
 
+HANDOFF_LINES = 40  # a summary the length a model writes for this prompt: ~2k tokens
+
+
+def handoff(body: dict[str, Any]) -> str:
+    """The demo upstream's summary: the facts it read (``default_summarizer``) in a structured
+    handoff as long as a model's (about 2k tokens, billed as output), so compaction costs in the
+    demo what it costs with a real model, not a one-line summary's nothing."""
+    step = ("- Step {n}: read the module, ran the tests, kept the plan current; the totals "
+            "code in billing/ledger.py still rounds half to even and the fixtures stay green.")
+    return default_summarizer(body) + "\n\nDone so far:\n" + "\n".join(
+        step.format(n=n) for n in range(1, HANDOFF_LINES + 1))
+
+
 def run_demo(turns: int = TURNS, out: TextIO = sys.stdout, serve: bool = False,
              port: int = 0) -> int:
     """Play ``turns`` agent turns through the proxy and print the per-turn table; exit code.
     With ``serve``, keep the proxy and its fake upstream running afterwards (until Ctrl-C)."""
     script = Script()
-    fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond)
+    fake = FakeUpstream(models={MODEL: WINDOW}, responder=script.respond,
+                        summarizer=handoff, count_output=True)
     with tempfile.TemporaryDirectory() as tmp, \
             Harness(Path(tmp), fake=fake, platform=PlatformConfig(
                 defaults=validate_layer({"models": {MODEL: PRICES}})), port=port,

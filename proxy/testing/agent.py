@@ -114,7 +114,7 @@ class AgentSpec:
 DEMO_FACT = "ROUND-HALF-EVEN-7"
 DEMO = AgentSpec(facts=((3, f"NOTE: the legacy rounding constant is {DEMO_FACT}."),))
 """The demo's session: the defaults plus the fact buried in turn 3's tool output."""
-DEMO_STAGES = AgentSpec(thought_words=(300, 500), facts=DEMO.facts)
+DEMO_STAGES = AgentSpec(thought_words=(40, 100), facts=DEMO.facts)
 """``context-proxy demo``'s session: ``DEMO`` with shorter thoughts (40-100 words), so that tool
 outputs are most of a turn's growth (about 1.8k tokens a turn, a 36th of a 64k window): masking
 steps then have enough to clear, and compaction still comes for what they leave."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from factories import SEED_STEPS_YAML, synchronous_policies
+from factories import SEED_STEPS_YAML, reachable, synchronous_policies
 
 from proxy.context.adapters.openai_responses import read
 from proxy.testing import agent
@@ -97,7 +97,7 @@ def test_a_long_function_tool_session_is_masked_and_compacted(
         assert body["instructions"] == agent.SYSTEM and body["tool_choice"] == "none"
         assert body["input"][0] == items[0]
     last = h.fake.api_requests(RESPONSES, summaries=False)[-1]
-    assert agent.DEMO_FACT in json.dumps(last)
+    assert reachable(h.base_url, client.api_key, "codex-1", json.dumps(last), agent.DEMO_FACT)
     assert h.fake.refusals() == []  # nothing the real API would refuse, summary calls included
 
 

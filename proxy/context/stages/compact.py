@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 from proxy.context.stages.scope import Scope
@@ -123,46 +122,6 @@ def fixed_tokens(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Se
     return scope.overhead() + sum(tokens[i] for g in kept for i in range(*bounds[g]))
 
 
-class CompactionPoint:
-    """Where a compaction of a list would run: over ``lasting_trigger`` of its fixed part, what
-    masking weighs a step against (``tokens`` aligns with ``messages``). The fixed part takes a
-    pass over the list, so ``exceeded`` first compares with the trigger ratio's figure, which
-    the lasting trigger is never under, and makes the pass only above it (once)."""
-
-    def __init__(self, messages: Sequence[Mapping[str, Any]], scope: Scope,
-                 tokens: Sequence[int]) -> None:
-        self.messages, self.scope, self.tokens = messages, scope, tokens
-
-    def exceeded(self, n: float) -> bool:
-        """Whether a list of ``n`` tokens would be over the trigger."""
-        return n > trigger_tokens(self.scope) and n > self.trigger
-
-    @property
-    def tokens_at(self) -> float:
-        """The tokens over which the list would be compacted."""
-        return max(trigger_tokens(self.scope), self.trigger)
-
-    @cached_property
-    def fixed(self) -> int:
-        return fixed_tokens(self.messages, self.scope, self.tokens)
-
-    @property
-    def summary_max(self) -> int:
-        cp = self.scope.policy.compaction
-        return min(int(cp.summary_ratio * self.scope.compaction_window), cp.summary_max_tokens)
-
-    @cached_property
-    def trigger(self) -> int:
-        return lasting_trigger(self.scope, self.fixed, self.summary_max)
-
-    @property
-    def tokens_after(self) -> int:
-        """About what a compaction leaves: the fixed part, the summary at its ``max_tokens``
-        and the keep window."""
-        keep = int(self.scope.policy.compaction.keep_ratio * self.scope.compaction_window)
-        return self.fixed + self.summary_max + SUMMARY_FRAME_TOKENS + keep
-
-
 def _newest_calls(messages: Sequence[Mapping[str, Any]], bounds: list[tuple[int, int]]) -> int:
     """Where the newest tool group that holds calls starts (the list's end when none does)."""
     for start, _ in reversed(bounds):
@@ -199,7 +158,7 @@ def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
     return keep
 
 
-def _keep_start(tokens: Sequence[int], budget: float) -> int:
+def keep_window_start(tokens: Sequence[int], budget: float) -> int:
     start, used = len(tokens), 0
     while start > 0 and used + tokens[start - 1] <= budget:
         start -= 1
@@ -264,7 +223,7 @@ def plan_compaction(
                               summary_max)
     if not force and total <= trigger:
         return None
-    keep_start = _keep_start(tokens, budget)
+    keep_start = keep_window_start(tokens, budget)
     cut = _ahead_cut(bounds, group_of, keep_start) if ahead else \
         _cut(messages, bounds, group_of, keep_start)
 

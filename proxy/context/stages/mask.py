@@ -39,10 +39,9 @@ from itertools import accumulate
 from typing import Any
 
 from proxy.context.adapters.cleared import cleared_arguments, input_placeholder
-from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger_tokens
 from proxy.context.stages.inputs import Site, call_sites, clear_calls
-from proxy.context.stages.pricing import Step, pays
+from proxy.context.stages.pricing import CompactionPoint, Step, pays
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import (
     as_dicts,
@@ -198,8 +197,13 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
             if freed < mp.min_free_ratio * window or not freed:
                 continue
             growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+            kept = max(0.0, growth - saved[seen] / n) if n else 0.0  # what no step clears
+            # The next step's first change is this one's first kept result: what follows it
+            # is what each later step writes again.
+            later = prefix[p] - prefix[results[target].index] if target < len(results) else 0
             step = Step(sent, freed, _rewritten(results, boundary, target, prefix,
-                                                points[n - 1] if n else 0, freed), growth)
+                                                points[n - 1] if n else 0, freed), growth, kept,
+                        later, p)
             # On a model that binds reasoning to its history a step would also cost the
             # reasoning after it, and compaction's one change costs it anyway: it waits
             # whenever compaction will do the work.
@@ -222,10 +226,8 @@ def _rewritten(results: Sequence[_Result], boundary: int, target: int, prefix: S
 def _forced(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> bool:
     """Never over the window while a stage could prevent it: with compaction off (or its last
     summary unable to get under the trigger) a step is taken once the list as sent, grown by a
-    turn, would pass compaction's trigger, whatever the price rule says; and a list over the
-    window steps whatever comes."""
-    if step.sent > (scope.window or 0):  # compaction failed to bring it down: step regardless
-        return True
+    turn, would pass compaction's trigger, whatever the price rule says. (Where compaction
+    will do the work, a list over the window is compacted: a step there is weighed by price.)"""
     return compaction_at is None and step.sent + step.growth > compaction_trigger_tokens(scope)
 
 

@@ -16,7 +16,6 @@ from typing import Any, Literal, Protocol
 
 from proxy.context.stages.compact import (
     CompactionPlan,
-    CompactionPoint,
     carry_to_end,
     plan_compaction,
     summary_message,
@@ -24,6 +23,7 @@ from proxy.context.stages.compact import (
 from proxy.context.stages.compact import trigger_tokens as compaction_trigger
 from proxy.context.stages.mask import MaskResult, mask_tool_outputs
 from proxy.context.stages.mask import trigger_tokens as mask_trigger
+from proxy.context.stages.pricing import CompactionPoint
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import as_dicts, first_items, prefix_hash
 from proxy.policy.model import Policy

@@ -9,10 +9,71 @@ pays".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
-from proxy.context.stages.compact import CompactionPoint
+from proxy.context.stages.compact import (
+    fixed_tokens,
+    keep_window_start,
+    lasting_trigger,
+    trigger_tokens,
+)
 from proxy.context.stages.scope import Scope, StepPrices
+from proxy.context.stages.shared import is_summary
+
+
+class CompactionPoint:
+    """Where a compaction of a list would run: over ``lasting_trigger`` of its fixed part, what
+    masking weighs a step against (``tokens`` aligns with ``messages``). The fixed part takes a
+    pass over the list, so ``exceeded`` first compares with the trigger ratio's figure, which
+    the lasting trigger is never under, and makes the pass only above it (once)."""
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], scope: Scope,
+                 tokens: Sequence[int]) -> None:
+        self.messages, self.scope, self.tokens = messages, scope, tokens
+
+    def exceeded(self, n: float) -> bool:
+        """Whether a list of ``n`` tokens would be over the trigger."""
+        return n > trigger_tokens(self.scope) and n > self.trigger
+
+    @property
+    def tokens_at(self) -> float:
+        """The tokens over which the list would be compacted."""
+        return max(trigger_tokens(self.scope), self.trigger)
+
+    @cached_property
+    def fixed(self) -> int:
+        return fixed_tokens(self.messages, self.scope, self.tokens)
+
+    @property
+    def summary_max(self) -> int:
+        cp = self.scope.policy.compaction
+        return min(int(cp.summary_ratio * self.scope.compaction_window), cp.summary_max_tokens)
+
+    @cached_property
+    def trigger(self) -> int:
+        return lasting_trigger(self.scope, self.fixed, self.summary_max)
+
+    @cached_property
+    def _summaries(self) -> list[int]:
+        return [i for i, m in enumerate(self.messages) if is_summary(m)]
+
+    def tokens_after(self, end: int) -> int:
+        """About what a compaction of the list's first ``end`` messages (a request point) leaves:
+        the fixed part, the summary and the keep window (the newest messages under its budget).
+        The summary is the conversation's latest one before ``end`` where there is one (a
+        model's summaries are alike in size); before the first, its size is unknown and counts
+        as nothing: compaction at its cheapest, so a step is taken only when it beats that.
+        Only what was there at ``end`` counts, so a request point's decision comes out the
+        same at every later request."""
+        budget = self.scope.policy.compaction.keep_ratio * self.scope.compaction_window
+        head = self.tokens[:end]
+        keep = sum(head[keep_window_start(head, budget):])
+        before = [i for i in self._summaries if i < end]
+        summary = self.tokens[before[-1]] if before else 0
+        return self.fixed + summary + keep
 
 
 @dataclass(frozen=True)
@@ -20,12 +81,17 @@ class Step:
     """A masking step weighed at one request point: the list as sent (tokens), what the step
     frees, what it rewrites (the tokens the previous request sent after its first change, less
     the freed ones: cached until now, paid again at the write price) and the session's growth
-    per request point (from the list itself, so every replica agrees)."""
+    per request point (from the list itself, so every replica agrees), ``kept`` of it what no
+    step clears (messages, placeholders), and what each later step would write again
+    (``rewritten_later``: the list from the first result this step keeps to its end)."""
 
     sent: int
     freed: int
     rewritten: int
     growth: float
+    kept: float = 0.0
+    rewritten_later: int = 0
+    end: int = 0  # the messages the request point sent
 
 
 def pays(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> bool:
@@ -33,24 +99,33 @@ def pays(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> boo
     prices: ``read`` a cached token, ``write`` a token written to the cache); the formulas and
     a worked example: docs/configuration.md, "When a masking step pays".
 
-    With compaction on, stepping chooses a regime: the list kept between what the step leaves
-    and masking's trigger, rewritten (``rewritten`` tokens at the write price) each time it
-    refills, against the list compaction keeps between what it leaves and its trigger, rewritten
-    and summarized once a cycle. The step is taken when its regime costs less per turn at the
-    session's growth. With compaction off the step is weighed alone: the freed tokens' reads on
-    the turns until the room it makes has filled again, against the rewrite.
+    Both must hold with compaction on: the step pays back its rewrite with the freed tokens'
+    reads before compaction would come anyway (``(trigger − sent) / growth`` turns); and the
+    way of keeping the list it starts (the list between what the step leaves and masking's
+    trigger, ``rewritten_later`` tokens written again at each later step) costs less per turn
+    than compaction's (the list between what compaction leaves and its trigger, rewritten and
+    summarized once a cycle) in its second cycle too, what no step clears having raised its
+    floor. With compaction
+    off the step is weighed alone: the freed tokens' reads until the room it makes has filled
+    again, against the rewrite.
     """
     prices, g = scope.prices, step.growth
+    rewrite = step.rewritten * prices.write - (step.rewritten + step.freed) * prices.read
     if compaction_at is None:
-        turns = step.freed / g if g > 0 else math.inf
-        return step.freed * prices.read * turns > \
-            step.rewritten * prices.write - (step.rewritten + step.freed) * prices.read
+        return step.freed * prices.read * (step.freed / g if g > 0 else math.inf) > rewrite
+    turns = max(0.0, compaction_at.tokens_at - step.sent) / g if g > 0 else math.inf
+    if step.freed * prices.read * turns <= rewrite:
+        return False
     top = scope.policy.masking.trigger_ratio * (scope.window or 0)
     left = step.sent - step.freed
-    if left >= top:  # the step leaves the list over masking's trigger: no regime to keep
+    later = left + step.kept * (top - left) / g if g > 0 else left  # after one cycle
+    if later >= top:  # masking would hold the list for one cycle only
         return False
-    return masking_rate(prices, left, top, step.rewritten, g) < \
-        compaction_rate(prices, compaction_at.tokens_after, compaction_at.tokens_at, g)
+    # Masking must still be the cheaper way in its second cycle, from the higher floor (its
+    # first costs less): a regime that lasts one cycle only pays a rewrite for nothing.
+    masking = masking_rate(prices, later, top, max(step.rewritten_later, 1), g)
+    return masking < compaction_rate(prices, compaction_at.tokens_after(step.end),
+                                     compaction_at.tokens_at, g)
 
 
 def masking_rate(prices: StepPrices, left: float, top: float, rewritten: float,

@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.mask import MaskResult, is_placeholder, mask_tool_outputs
 from proxy.context.stages.plan import plan, sent_before
+from proxy.context.stages.pricing import CompactionPoint
 from proxy.context.stages.scope import Scope
 from proxy.context.stages.shared import first_items
 from proxy.context.tokens.counter import TokenCounter
@@ -198,3 +198,17 @@ def test_with_compaction_off_a_step_comes_before_the_list_passes_compaction_s_tr
             assert not with_compaction.masked  # compaction will do the work: no step pays
         if sent > off:
             assert without.masked and without.tokens_after < sent, turns
+
+
+def test_priced_steps_replay_the_same_at_every_later_request() -> None:
+    """Masking weighs a past request point by what the list held then (compaction's keep window
+    and summary included), so a later request never masks anew at an earlier point: the
+    masked set only grows and the prefix up to a step's first change is sent unchanged."""
+    spec = agent.AgentSpec(seed=12, output_tokens=(4000, 16000), thought_words=(10, 40))
+    scope = Scope(Policy(), 200_000, COUNTER, MODEL, agent.TOOLS)
+    plans = [plan(msgs, scope) for msgs in turns(spec, 24)]
+    for before, now in itertools.pairwise(plans):
+        assert masked_ids(before.mask) <= masked_ids(now.mask)
+        # The previous request point, replayed now, is what that request sent.
+        replayed = sent_before(now, scope)[:now.previous]
+        assert dumps(replayed) == dumps(before.mask.messages[:now.previous])

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context.stages.compact import CompactionPoint
 from proxy.context.stages.mask import mask_tool_outputs
-from proxy.context.stages.pricing import compaction_rate, masking_rate
+from proxy.context.stages.pricing import CompactionPoint, compaction_rate, masking_rate
 from proxy.context.stages.scope import Scope, StepPrices
 from proxy.context.stages.shared import first_items
 from proxy.context.tokens.counter import TokenCounter
@@ -21,9 +20,11 @@ DEFAULT = StepPrices()
 
 def test_the_documented_128k_example_steps() -> None:
     masking = masking_rate(DEFAULT, 27_000, 70_400, 10_000, 2_500)
-    compaction = compaction_rate(DEFAULT, 26_600, 102_400, 2_500)
-    assert masking == pytest.approx(5_600, abs=50) and compaction == pytest.approx(7_900, abs=50)
-    assert masking < compaction
+    later = masking_rate(DEFAULT, 35_700, 70_400, 10_000, 2_500)
+    compaction = compaction_rate(DEFAULT, 13_800, 102_400, 2_500)
+    assert masking == pytest.approx(5_600, abs=50) and later == pytest.approx(6_200, abs=50)
+    assert compaction == pytest.approx(6_600, abs=50)
+    assert masking < later < compaction
 
 
 def test_the_documented_32k_example_waits() -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from needs import need
 
@@ -72,8 +74,22 @@ def fresh_schema() -> Iterator[str]:
     try:
         yield url_for(schema)
     finally:
-        with connect(SERVER_URL) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        _drop(schema)
+
+
+def _drop(schema: str, tries: int = 5) -> None:
+    """Drop ``schema``. A proxy of the test may still be closing its pool, its last statement
+    holding a lock the drop needs: PostgreSQL then breaks the deadlock by failing one side, and
+    the drop is tried again."""
+    for attempt in range(tries):
+        try:
+            with connect(SERVER_URL) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 Relay = Forwarder  # the forwarder in front of the PostgreSQL server (proxy.testing)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -183,6 +184,7 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
     saved = [0, *accumulate(r.frees for r in results)]
     points = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     points.append(len(messages))
+    starts = [r.index for r in results]
     boundary, previous, seen = 0, 0, 0
     for n, p in enumerate(points):
         while seen < len(results) and results[seen].index < p:
@@ -192,24 +194,32 @@ def _boundaries(messages: Sequence[Mapping[str, Any]], scope: Scope, tokens: Seq
         sent = prefix[p] - saved[boundary] + overhead
         if not mp.in_steps:  # the boundary moves with every request over the trigger
             boundary = target if prefix[p] + overhead > trigger else 0
-        elif sent > trigger and target > boundary:
-            freed = saved[target] - saved[boundary]
+        elif sent > trigger:
+            growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
+            if compaction_at is None and sent + growth > compaction_trigger_tokens(scope):
+                # Never over the window while masking could prevent it: compaction will not
+                # do the work, so this step is taken whatever its price.
+                newest = bisect_left(starts, points[n - 1]) if n else 0
+                boundary = max(boundary, _yield_recent(scope, saved, boundary, target, newest,
+                                                       sent + growth))
+                continue
+            freed = saved[target] - saved[boundary] if target > boundary else 0
             if freed < mp.min_free_ratio * window or not freed:
                 continue
-            growth = (prefix[points[n]] - prefix[points[0]]) / n if n else 0.0
             kept = max(0.0, growth - saved[seen] / n) if n else 0.0  # what no step clears
             # The next step's first change is this one's first kept result: what follows it
-            # is what each later step writes again.
-            later = prefix[p] - prefix[results[target].index] if target < len(results) else 0
+            # is what each later step writes again, at least the newest results a session of
+            # this size keeps (one step's luck with small ones does not make a regime).
+            tail = prefix[p] - prefix[results[target].index] if target < len(results) else 0
+            usual = max(tail, mp.keep_recent * saved[seen] / seen)
             step = Step(sent, freed, _rewritten(results, boundary, target, prefix,
                                                 points[n - 1] if n else 0, freed), growth, kept,
-                        later, p)
+                        round(usual), p, round(usual) - tail)
             # On a model that binds reasoning to its history a step would also cost the
             # reasoning after it, and compaction's one change costs it anyway: it waits
             # whenever compaction will do the work.
             waits = scope.bound and compaction_at is not None
-            if _forced(scope, step, compaction_at) or (not waits and (
-                    not mp.priced or pays(scope, step, compaction_at))):
+            if not waits and (not mp.priced or pays(scope, step, compaction_at)):
                 boundary = target
     return previous, boundary
 
@@ -223,12 +233,19 @@ def _rewritten(results: Sequence[_Result], boundary: int, target: int, prefix: S
     return max(0, prefix[last] - prefix[min(first, last)] - freed)
 
 
-def _forced(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> bool:
-    """Never over the window while a stage could prevent it: with compaction off (or its last
-    summary unable to get under the trigger) a step is taken once the list as sent, grown by a
-    turn, would pass compaction's trigger, whatever the price rule says. (Where compaction
-    will do the work, a list over the window is compacted: a step there is weighed by price.)"""
-    return compaction_at is None and step.sent + step.growth > compaction_trigger_tokens(scope)
+def _yield_recent(scope: Scope, saved: Sequence[int], boundary: int, target: int,
+                  newest: int, grown: float) -> int:
+    """How many results to mask where compaction will not do the work (off, or its last summary
+    unable to get under the trigger) and the list as sent, grown by a turn (``grown``), would
+    pass compaction's trigger: every maskable result older than the newest ``keep_recent``,
+    and when that is not enough, the older of those newest too, oldest first, as far as the
+    list needs, but never a result of the newest tool group (``newest``: the results before
+    it): the model acts on those next."""
+    limit = compaction_trigger_tokens(scope)
+    t = max(boundary, target)
+    while t < newest and grown - (saved[t] - saved[boundary]) > limit:
+        t += 1
+    return t
 
 
 def mask_tool_outputs(messages: Sequence[Mapping[str, Any]], scope: Scope,

@@ -83,7 +83,9 @@ class Step:
     the freed ones: cached until now, paid again at the write price) and the session's growth
     per request point (from the list itself, so every replica agrees), ``kept`` of it what no
     step clears (messages, placeholders), and what each later step would write again
-    (``rewritten_later``: the list from the first result this step keeps to its end)."""
+    (``rewritten_later``: the list from the first result this step keeps to its end, or what
+    the newest ``keep_recent`` results usually weigh, the larger; ``larger``: by how much the
+    usual exceeds this step's)."""
 
     sent: int
     freed: int
@@ -92,6 +94,7 @@ class Step:
     kept: float = 0.0
     rewritten_later: int = 0
     end: int = 0  # the messages the request point sent
+    larger: int = 0  # how much larger the newest results usually are than those it keeps
 
 
 def pays(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> bool:
@@ -118,7 +121,9 @@ def pays(scope: Scope, step: Step, compaction_at: CompactionPoint | None) -> boo
         return False
     top = scope.policy.masking.trigger_ratio * (scope.window or 0)
     left = step.sent - step.freed
-    later = left + step.kept * (top - left) / g if g > 0 else left  # after one cycle
+    # After one cycle: what no step clears has grown, and the newest results are as large as
+    # they usually are.
+    later = left + step.larger + (step.kept * (top - left) / g if g > 0 else 0.0)
     if later >= top:  # masking would hold the list for one cycle only
         return False
     # Masking must still be the cheaper way in its second cycle, from the higher floor (its

@@ -12,8 +12,9 @@ frees at least ``min_free_ratio`` × window and pays for itself at the model's p
 (``pays``: what it rewrites against what the smaller prefix saves until the next rewrite;
 ``masking.priced: false`` skips that test). Between two steps every earlier message is sent
 byte-identical, so a provider's prompt cache keeps serving the prefix. Whatever the prices, a
-list over the window steps, and so does one that would pass compaction's trigger when
-compaction will not do the work.
+list that would pass compaction's trigger when compaction will not do the work steps, and if
+clearing everything older than the newest ``keep_recent`` is not enough, the older of those
+newest results yield too (never the newest tool group's).
 The state is never stored: it is replayed from the message list itself, at each earlier request
 point (the list before each assistant message is what the client sent for that answer), so
 every replica and a restarted proxy mask the same set. With ``in_steps`` false the boundary moves

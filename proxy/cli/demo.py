@@ -39,7 +39,7 @@ from proxy.testing.harness import Harness
 
 MODEL = "demo-agent"
 WINDOW = 65_536
-TURNS = 120  # masking steps from turn 20 on, a compaction when what no step clears fills the window
+TURNS = 120  # masking steps at 21, 37 and 53, a compaction at 76, steps at 92 and 108
 SESSION = agent.DEMO_STAGES  # seed 7, a fact buried in turn 3, tool outputs most of a turn
 EVERY = 5  # past EVERY turns, the table shows every EVERY-th turn and every turn with news
 CONVERSATION = "demo-session"

@@ -23,7 +23,7 @@ from proxy.context.tokens.counter import TokenCounter
 from proxy.testing import agent
 
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = demo.TURNS  # masking steps from turn 21, the compaction at 105
+TURNS = demo.TURNS  # masking steps from turn 21, the compaction at 76
 
 
 def test_demo_plays_the_shared_session_and_prints_its_table() -> None:

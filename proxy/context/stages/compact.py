@@ -158,8 +158,10 @@ def _preserved_groups(messages: Sequence[Mapping[str, Any]], policy: Policy,
     return keep
 
 
-def keep_window_start(tokens: Sequence[int], budget: float) -> int:
-    start, used = len(tokens), 0
+def keep_window_start(tokens: Sequence[int], budget: float, end: int | None = None) -> int:
+    """Where the keep window of ``tokens[:end]`` starts: its newest messages whose tokens fit
+    in ``budget`` (``end``: the whole list when None)."""
+    start, used = len(tokens) if end is None else end, 0
     while start > 0 and used + tokens[start - 1] <= budget:
         start -= 1
         used += tokens[start]

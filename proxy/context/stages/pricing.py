@@ -9,6 +9,7 @@ pays".
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -69,10 +70,10 @@ class CompactionPoint:
         Only what was there at ``end`` counts, so a request point's decision comes out the
         same at every later request."""
         budget = self.scope.policy.compaction.keep_ratio * self.scope.compaction_window
-        head = self.tokens[:end]
-        keep = sum(head[keep_window_start(head, budget):])
-        before = [i for i in self._summaries if i < end]
-        summary = self.tokens[before[-1]] if before else 0
+        keep = sum(self.tokens[keep_window_start(self.tokens, budget, end):end])
+        # Called at every request point a step is weighed at: no copy of the list, a bisect.
+        before = bisect_left(self._summaries, end)
+        summary = self.tokens[self._summaries[before - 1]] if before else 0
         return self.fixed + summary + keep
 
 

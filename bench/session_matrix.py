@@ -29,11 +29,9 @@ import itertools
 import json
 import math
 import random
-import re
 import tempfile
 import textwrap
 import time
-import urllib.request
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ProcessPoolExecutor
@@ -50,6 +48,7 @@ from proxy.testing import agent
 from proxy.testing.cost import Call, cached_share, passthrough, priced
 from proxy.testing.fake_upstream import FakeUpstream, approx_tokens, is_summary_request
 from proxy.testing.harness import Harness
+from proxy.testing.spills import spilled as spills
 
 READ = 0.1
 LOW_READ = 0.05  # cache reads on the newest models (Opus 5.5, OpenAI's newest): column s.05
@@ -69,7 +68,6 @@ LONG_SHAPES = ((False, False), (False, True), (True, False))  # (coding, follow-
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {}, "off": {"masking.enabled": False}, "flat": {"masking.in_steps": False}}
 FIXED_TOKENS = 20_000  # a large fixed prompt: system and tools, as Claude Code sends
-SPILL = re.compile(r"spill ([0-9a-f]{16})")
 FULL = LASTING_CAP  # a request over this share of the window leaves its answer no room: it
 # does not fit without a summary
 
@@ -178,13 +176,6 @@ class Played:
     column: str = ""  # the price column the default was played at ("": the policy reads none)
 
 
-def _spill_text(base_url: str, key: str, conversation: str, sid: str) -> str:
-    req = urllib.request.Request(f"{base_url}/conversations/{conversation}/spills/{sid}",
-                                 headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
-        return resp.read().decode()
-
-
 def _verbatim(sent: list[dict[str, Any]], client: list[dict[str, Any]], keep: int) -> bool:
     want = {m["tool_call_id"]: m["content"] for m in client if m.get("role") == "tool"}
     newest = [m["tool_call_id"] for m in client if m.get("role") == "tool"][-keep:]
@@ -270,8 +261,7 @@ def finish(out: Played, h: Harness, key: str, conversation: str, spec: agent.Age
            last_sent: str) -> None:
     """A played session's planted facts neither in its last upstream request (``last_sent``,
     its JSON) nor in a spill that names, and its prefix rewrites."""
-    spilled = "".join(_spill_text(h.base_url, key, conversation, sid)
-                      for sid in sorted(set(SPILL.findall(last_sent))))
+    spilled = "".join(text for _, text in spills(h.base_url, key, conversation, last_sent))
     out.missing = [f"FACT-{out.cell.seed}-{t}" for t, _ in spec.facts
                    if f"FACT-{out.cell.seed}-{t}" not in last_sent + spilled]
     out.rewrites = sum(h.state.metrics.registry.get_sample_value(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from proxy.context.summary.summarizer import Summarizer
 from proxy.context.tokens.counter import TokenCounter
 from proxy.policy.model import Policy, validate_layer
 from proxy.policy.platform import PlatformConfig
+from proxy.testing.spills import fact_spill
 
 Message = dict[str, Any]
 
@@ -204,20 +203,7 @@ def synchronous_policies(folder: Path, platform_yaml: str = "") -> dict[str, str
     return {"CONTEXT_PROXY_POLICIES": str(folder)}
 
 
-SPILL_ID = re.compile(r"spill ([0-9a-f]{16})")
-
-
 def reachable(base_url: str, key: str, conversation: str, sent: str, fact: str) -> bool:
     """Whether ``fact`` is in the request text ``sent``, or in the original of a spill it names
-    (a masked output's placeholder, or a summary's list of outputs it did not read), read
-    through the spills endpoint with the conversation's own ``key`` (``base_url`` ends in
-    ``/v1``)."""
-    if fact in sent:
-        return True
-    for sid in dict.fromkeys(SPILL_ID.findall(sent)):
-        req = urllib.request.Request(f"{base_url}/conversations/{conversation}/spills/{sid}",
-                                     headers={"Authorization": f"Bearer {key}"})
-        with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
-            if fact in resp.read().decode():
-                return True
-    return False
+    (``proxy.testing.spills.fact_spill``)."""
+    return fact_spill(base_url, key, conversation, sent, fact) is not None

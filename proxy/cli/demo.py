@@ -12,7 +12,6 @@ for itself (``masking.priced``), and compaction clears what the steps leave.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from proxy.testing.fake_upstream import (
     default_summarizer,
 )
 from proxy.testing.harness import Harness
+from proxy.testing.spills import fact_spill
 
 MODEL = "demo-agent"
 WINDOW = 65_536
@@ -43,7 +43,6 @@ TURNS = 120  # masking steps at 21, 37 and 53, a compaction at 76, steps at 92 a
 SESSION = agent.DEMO_STAGES  # seed 7, a fact buried in turn 3, tool outputs most of a turn
 EVERY = 5  # past EVERY turns, the table shows every EVERY-th turn and every turn with news
 CONVERSATION = "demo-session"
-SPILL_ID = re.compile(r"spill ([0-9a-f]{16})")  # as a placeholder shows a spill id
 # The demo model is priced like a current frontier model (US dollars per million tokens), so the
 # report can say what the session cost and saved; real models take litellm's prices.
 PRICES = {"input_per_mtok": 3.0, "cached_per_mtok": 0.3, "write_per_mtok": 3.75,
@@ -241,17 +240,14 @@ def masked_in(sent: list[Any]) -> int:
                and is_placeholder(m.get("content")))
 
 
-def _fact_found(client: openai.OpenAI, final: str) -> str:
+def _fact_found(base_url: str, key: str, final: str) -> str:
     """Where the demo's planted fact is in the last request: in it, or in the original of a
-    spill it names (a masked output's placeholder, or the summary's list of outputs it did not
-    read)."""
-    if agent.DEMO_FACT in final:
-        return "in the request the upstream received"
-    for sid in dict.fromkeys(SPILL_ID.findall(final)):
-        spill = client.get(f"/conversations/{CONVERSATION}/spills/{sid}", cast_to=object)
-        if agent.DEMO_FACT in json.dumps(spill):
-            return f"readable from spill {sid}, which that request names"
-    return "lost"
+    spill it names (``proxy.testing.spills.fact_spill``)."""
+    where = fact_spill(base_url, key, CONVERSATION, final, agent.DEMO_FACT)
+    if where is None:
+        return "lost"
+    return f"readable from spill {where}, which that request names" if where else \
+        "in the request the upstream received"
 
 
 def _report(out: TextIO, client: openai.OpenAI, fake: FakeUpstream, p: Played) -> None:
@@ -270,7 +266,7 @@ def _report(out: TextIO, client: openai.OpenAI, fake: FakeUpstream, p: Played) -
               f"upstream prompt tokens; at a cached price of 0.1 of input the session "
               f"costs {ratio:.2f}x what the client's own pass-through would\n"
               f"Fact buried in turn 3's tool output ({agent.DEMO_FACT}) at the last turn: "
-              f"{_fact_found(client, final)}\n"
+              f"{_fact_found(str(client.base_url).rstrip('/'), client.api_key, final)}\n"
               f"Elapsed: {time.monotonic() - p.started:.1f} s\n\n"
               f"Dividers (GET /v1/conversations/{CONVERSATION}/dividers):\n")
     for d in dividers["data"]:  # type: ignore[index]

@@ -98,6 +98,13 @@ def trigger_tokens(scope: Scope) -> int:
     return int(scope.policy.compaction.trigger_ratio * scope.compaction_window)
 
 
+def summary_budget(scope: Scope) -> int:
+    """A summary's ``max_tokens``: ``summary_ratio`` × window, capped at
+    ``summary_max_tokens``."""
+    cp = scope.policy.compaction
+    return min(int(cp.summary_ratio * scope.compaction_window), cp.summary_max_tokens)
+
+
 def lasting_trigger(scope: Scope, fixed: int, summary_max: int) -> int:
     """The trigger for a list whose fixed part (tools, system and developer messages, the first
     user message, protected and pinned messages) has ``fixed`` tokens: ``trigger_ratio`` ×
@@ -220,7 +227,7 @@ def plan_compaction(
     group_of = [g for g, (s, e) in enumerate(bounds) for _ in range(s, e)]
     kept = _preserved_groups(messages, policy, bounds)
     budget = int(cp.keep_ratio * w)
-    summary_max = min(int(cp.summary_ratio * w), cp.summary_max_tokens)
+    summary_max = summary_budget(scope)
     trigger = lasting_trigger(scope, fixed_tokens(messages, scope, tokens, bounds, kept),
                               summary_max)
     if not force and total <= trigger:

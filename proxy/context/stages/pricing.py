@@ -19,7 +19,7 @@ from proxy.context.stages.compact import (
     fixed_tokens,
     keep_window_start,
     lasting_trigger,
-    trigger_tokens,
+    summary_budget,
 )
 from proxy.context.stages.scope import Scope, StepPrices
 from proxy.context.stages.shared import is_summary
@@ -28,34 +28,21 @@ from proxy.context.stages.shared import is_summary
 class CompactionPoint:
     """Where a compaction of a list would run: over ``lasting_trigger`` of its fixed part, what
     masking weighs a step against (``tokens`` aligns with ``messages``). The fixed part takes a
-    pass over the list, so ``exceeded`` first compares with the trigger ratio's figure, which
-    the lasting trigger is never under, and makes the pass only above it (once)."""
+    pass over the list, made once, when a step is first weighed."""
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], scope: Scope,
                  tokens: Sequence[int]) -> None:
         self.messages, self.scope, self.tokens = messages, scope, tokens
 
-    def exceeded(self, n: float) -> bool:
-        """Whether a list of ``n`` tokens would be over the trigger."""
-        return n > trigger_tokens(self.scope) and n > self.trigger
-
-    @property
-    def tokens_at(self) -> float:
-        """The tokens over which the list would be compacted."""
-        return max(trigger_tokens(self.scope), self.trigger)
-
     @cached_property
     def fixed(self) -> int:
         return fixed_tokens(self.messages, self.scope, self.tokens)
 
-    @property
-    def summary_max(self) -> int:
-        cp = self.scope.policy.compaction
-        return min(int(cp.summary_ratio * self.scope.compaction_window), cp.summary_max_tokens)
-
     @cached_property
-    def trigger(self) -> int:
-        return lasting_trigger(self.scope, self.fixed, self.summary_max)
+    def tokens_at(self) -> int:
+        """The tokens over which the list would be compacted (``lasting_trigger``, never under
+        the trigger ratio's figure)."""
+        return lasting_trigger(self.scope, self.fixed, summary_budget(self.scope))
 
     @cached_property
     def _summaries(self) -> list[int]:
